@@ -1,0 +1,1 @@
+"""One module per paper; each exposes ``Config``, the method and ``run(config) -> Result``."""
