@@ -1,0 +1,351 @@
+"""Assemble and build the Jupyter Book from the registry and the results of a scale.
+
+The book's sources are *staged* into ``results/<scale>/book/src``: the hand-written pages of
+``book/`` (config, introduction, bibliography, styles) plus generated pages (table of contents,
+part pages, verification dashboard, runtime page) and the executed chapter notebooks. A file is
+rewritten only when its content changed, so Sphinx's incremental build re-reads only what
+changed. Then ``jupyter-book build -W -n --keep-going`` builds HTML into
+``results/<scale>/book/_build/html``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+import yaml
+
+from . import paths
+from .claims import VERDICTS, verdict_badge
+from .registry import ChapterEntry, Registry
+
+
+class BookBuildFailed(RuntimeError):
+    """jupyter-book reported an error or a warning (warnings are errors here)."""
+
+
+# ---------------------------------------------------------------------------- chapter states
+@dataclass
+class ChapterState:
+    entry: ChapterEntry
+    state: str  # finished | failed | not_run | planned
+    claims: list = field(default_factory=list)
+    failure: dict | None = None
+    benchmark: dict | None = None
+
+    def counts(self) -> dict[str, int]:
+        out = {v: 0 for v in VERDICTS}
+        for c in self.claims:
+            out[c["verdict"]] += 1
+        return out
+
+
+def read_benchmark(path: Path) -> dict | None:
+    """Snakemake's benchmark TSV (s, max_rss in MB, ...) as a dict of floats."""
+    if not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    if not rows:
+        return None
+    out = {}
+    for key, value in rows[-1].items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            out[key] = None
+    return out
+
+
+def chapter_states(registry: Registry, scale: str) -> list[ChapterState]:
+    root = paths.results_root() / scale
+    states = []
+    for entry in registry.chapters:
+        if not entry.ready:
+            states.append(ChapterState(entry, "planned"))
+            continue
+        out = root / entry.slug
+        bench = read_benchmark(root / "benchmarks" / f"{entry.slug}.tsv")
+        failed = out / "FAILED.json"
+        claims = out / "claims.json"
+        notebook = out / f"{entry.slug}.ipynb"
+        if failed.is_file():
+            states.append(ChapterState(entry, "failed", failure=json.loads(failed.read_text()), benchmark=bench))
+        elif claims.is_file() and notebook.is_file():
+            data = json.loads(claims.read_text(encoding="utf-8"))
+            states.append(ChapterState(entry, "finished", claims=data["claims"], benchmark=bench))
+        else:
+            states.append(ChapterState(entry, "not_run"))
+    return states
+
+
+def claims_frame(registry: Registry, scale: str):
+    """One row per claim (and one per failed, not-run or planned chapter) for ``claims.csv``."""
+    import pandas as pd
+
+    rows = []
+    for st in chapter_states(registry, scale):
+        base = {"part": st.entry.part, "chapter": st.entry.slug, "title": st.entry.title, "chapter_state": st.state}
+        if not st.claims:
+            verdict = {"failed": "failed_to_run", "planned": "planned", "not_run": "not_run"}[st.state]
+            rows.append({**base, "claim": "", "kind": "", "statement": "", "criterion": "",
+                         "measured": "", "paper_value": "", "verdict": verdict})
+        for c in st.claims:
+            rows.append({**base, "claim": c["id"], "kind": c["kind"], "statement": c["statement"],
+                         "criterion": c["criterion"], "measured": c["measured"],
+                         "paper_value": c["paper_value"], "verdict": c["verdict"]})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------- page writers
+def _write(path: Path, text: str | bytes) -> bool:
+    """Write only when the content changed (keeps Sphinx's incremental build incremental)."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return True
+
+
+def _num(value) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return escape(str(value))
+
+
+def _chapter_link(st: ChapterState) -> str:
+    if st.state == "planned":
+        return escape(st.entry.title)
+    return f"[{escape(st.entry.title)}](/chapters/{st.entry.slug})"
+
+
+def _state_badge(st: ChapterState) -> str:
+    if st.state == "finished":
+        counts = st.counts()
+        return verdict_badge("pass") if counts["fail"] == 0 else verdict_badge("fail")
+    return verdict_badge({"failed": "failed_to_run", "planned": "planned", "not_run": "not_run"}[st.state])
+
+
+def toc(registry: Registry) -> dict:
+    parts = [{"caption": "Verification", "chapters": [{"file": "dashboard"}, {"file": "runtime"}]}]
+    for part in registry.parts:
+        chapters = [{"file": f"parts/{part.id}"}]
+        chapters += [{"file": f"chapters/{c.slug}"} for c in registry.chapters if c.part == part.id and c.ready]
+        parts.append({"caption": part.title, "chapters": chapters})
+    parts.append({"caption": "Back matter", "chapters": [{"file": "bibliography"}]})
+    return {"format": "jb-book", "root": "intro", "parts": parts}
+
+
+def part_page(registry: Registry, part_id: str, states: list[ChapterState]) -> str:
+    part = registry.part(part_id)
+    lines = [f"# {part.title}", "", part.summary, "",
+             "| chapter | paper | status | claims passed |", "|---|---|---|---|"]
+    for st in states:
+        if st.entry.part != part_id:
+            continue
+        counts = st.counts()
+        checked = counts["pass"] + counts["fail"]
+        passed = f"{counts['pass']} / {checked}" if st.state == "finished" else ""
+        paper = f"seed {st.entry.seed_file[:3]}, abstract {st.entry.abstract}"
+        lines.append(f"| {_chapter_link(st)} | {paper} | {_state_badge(st)} | {passed} |")
+    planned = [st for st in states if st.entry.part == part_id and st.state == "planned"]
+    if planned:
+        lines += ["", f"{len(planned)} chapter(s) of this part are planned: registered, not yet written."]
+    return "\n".join(lines) + "\n"
+
+
+def dashboard_page(states: list[ChapterState], scale: str) -> str:
+    totals = {v: 0 for v in VERDICTS}
+    for st in states:
+        for k, v in st.counts().items():
+            totals[k] += v
+    by_state = {s: sum(st.state == s for st in states) for s in ("finished", "failed", "not_run", "planned")}
+    lines = [
+        "# Verification dashboard",
+        "",
+        f"Every claim of every chapter, with the verdict the ledger computed from the measured value "
+        f"and the declared criterion, at the `{scale}` scale. Regenerated on every build from "
+        f"`results/{scale}/*/claims.json` (also in `results/{scale}/claims.csv`).",
+        "",
+        "| | count |",
+        "|---|---|",
+        f"| claims passed | {totals['pass']} |",
+        f"| claims failed | {totals['fail']} |",
+        f"| claims not checkable | {totals['not_checkable']} |",
+        f"| chapters finished | {by_state['finished']} |",
+        f"| chapters that failed to run | {by_state['failed']} |",
+        f"| chapters not run | {by_state['not_run']} |",
+        f"| chapters planned | {by_state['planned']} |",
+        "",
+        "## Chapters",
+        "",
+        "| chapter | part | status | pass | fail | not checkable |",
+        "|---|---|---|---|---|---|",
+    ]
+    for st in states:
+        c = st.counts()
+        lines.append(f"| {_chapter_link(st)} | {st.entry.part} | {_state_badge(st)} | "
+                     f"{c['pass']} | {c['fail']} | {c['not_checkable']} |")
+    failed = [st for st in states if st.state == "failed"]
+    if failed:
+        lines += ["", "## Chapters that failed to run", ""]
+        for st in failed:
+            from .execute import describe_failure
+
+            lines.append(f"- {_chapter_link(st)}: `{escape(describe_failure(st.failure))}`")
+    lines += ["", "## Claims", "",
+              "| chapter | claim | kind | measured | criterion | paper | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    for st in states:
+        for c in st.claims:
+            statement = escape(c["statement"]).replace("|", "\\|")
+            lines.append(
+                f"| {_chapter_link(st)} | `{c['id']}`: {statement} | {c['kind']} | {_num(c['measured'])} | "
+                f"{escape(c['criterion'] or '')} | {_num(c['paper_value'])} | {verdict_badge(c['verdict'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = "none"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except ImportError:  # pragma: no cover
+        pass
+    mem = ""
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        mem = f", {pages / 2**30:.0f} GiB memory"
+    except (ValueError, OSError, AttributeError):
+        pass
+    return f"{os.cpu_count()} cores ({cpu}){mem}, GPU: {gpu}, Python {platform.python_version()}"
+
+
+def runtime_page(registry: Registry, states: list[ChapterState], scale: str, profile: str) -> str:
+    budget = registry.scales[scale]["budget_s"]
+    lines = [
+        "# Run times",
+        "",
+        f"Wall time and peak memory of each chapter's last run, from Snakemake's `benchmark:` files "
+        f"(`results/{scale}/benchmarks/`). Scale `{scale}` (budget {budget} s per chapter), "
+        f"profile `{profile}`, built on: {escape(machine_description())}.",
+        "",
+        "| chapter | wall time (s) | peak memory (MB) | within budget |",
+        "|---|---|---|---|",
+    ]
+    total = 0.0
+    for st in states:
+        if st.benchmark is None or st.state == "planned":
+            continue
+        s = st.benchmark.get("s") or 0.0
+        total += s
+        rss = st.benchmark.get("max_rss")
+        ok = "yes" if s <= budget else f"**no** (over by {s - budget:.0f} s)"
+        lines.append(f"| {_chapter_link(st)} | {s:.1f} | {_num(rss)} | {ok} |")
+    lines += ["", f"Total chapter time: {total:.1f} s."]
+    book = read_benchmark(paths.results_root() / scale / "benchmarks" / "book.tsv")
+    if book:
+        lines += [f"The previous book build took {book.get('s', 0):.1f} s."]
+    return "\n".join(lines) + "\n"
+
+
+def failed_page(st: ChapterState) -> str:
+    from .execute import describe_failure
+
+    rec = st.failure or {}
+    lines = [
+        f"# {st.entry.title}",
+        "",
+        ":::{error}",
+        f"This chapter failed to run at this scale: {escape(describe_failure(rec))}.",
+        "Its claims are not counted as passed. The partially executed notebook is kept as",
+        f"`results/<scale>/{st.entry.slug}/failed.ipynb`.",
+        ":::",
+        "",
+    ]
+    if rec.get("traceback"):
+        lines += ["```text", rec["traceback"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def not_run_page(st: ChapterState) -> str:
+    return (f"# {st.entry.title}\n\n:::{{warning}}\nThis chapter has not been run at this scale yet "
+            "(its dependencies failed or the run was interrupted).\n:::\n")
+
+
+# ---------------------------------------------------------------------------- staging and build
+def stage_book(registry: Registry, scale: str, profile: str = "local") -> Path:
+    """Write the book's sources for ``scale`` into ``results/<scale>/book/src``; return that path."""
+    src = paths.results_root() / scale / "book" / "src"
+    states = chapter_states(registry, scale)
+    wanted: set[Path] = set()
+
+    def put(rel: str, content: str | bytes) -> None:
+        target = src / rel
+        _write(target, content)
+        wanted.add(target)
+
+    for f in sorted(paths.BOOK.rglob("*")):
+        if f.is_file() and "_build" not in f.parts:
+            put(str(f.relative_to(paths.BOOK)), f.read_bytes())
+    put("_toc.yml", yaml.safe_dump(toc(registry), sort_keys=False))
+    put("dashboard.md", dashboard_page(states, scale))
+    put("runtime.md", runtime_page(registry, states, scale, profile))
+    for part in registry.parts:
+        put(f"parts/{part.id}.md", part_page(registry, part.id, states))
+    for st in states:
+        if st.state == "finished":
+            executed = paths.results_root() / scale / st.entry.slug / f"{st.entry.slug}.ipynb"
+            put(f"chapters/{st.entry.slug}.ipynb", executed.read_bytes())
+        elif st.state == "failed":
+            put(f"chapters/{st.entry.slug}.md", failed_page(st))
+        elif st.state == "not_run":
+            put(f"chapters/{st.entry.slug}.md", not_run_page(st))
+    for f in sorted(src.rglob("*"), reverse=True):  # drop pages that are no longer generated
+        if f.is_file() and f not in wanted:
+            f.unlink()
+    return src
+
+
+def build_book(registry: Registry, scale: str, profile: str = "local", log=None) -> Path:
+    """Stage and build the HTML book; return the path of ``index.html``."""
+    src = stage_book(registry, scale, profile)
+    out = src.parent
+    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(src), "--path-output", str(out),
+           "--builder", "html", "-W", "-n", "--keep-going"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=paths.ROOT)
+    if log is not None:
+        log.write(proc.stdout)
+        log.write(proc.stderr)
+    index = out / "_build" / "html" / "index.html"
+    if proc.returncode != 0 or not index.is_file():
+        # a warning-free *incremental* rebuild could hide this failure: force a full rebuild next time
+        shutil.rmtree(out / "_build" / ".doctrees", ignore_errors=True)
+        index.unlink(missing_ok=True)
+        problems = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "WARNING" in ln or "ERROR" in ln]
+        detail = "\n".join(problems[-15:]) or (proc.stdout + proc.stderr)[-3000:]
+        raise BookBuildFailed(f"jupyter-book build failed (warnings are errors):\n{detail}")
+    return index

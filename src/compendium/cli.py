@@ -1,0 +1,188 @@
+"""``compendium``: the command line behind the Makefile.
+
+    compendium validate [--scale S] [--set slug.key=value ...]
+    compendium build    [--scale S] [--profile P] [--cores N] [--only SLUG ...] [--force SLUG ...]
+                        [--set slug.key=value ...] [--no-keep-going] [--dry-run] [-- SNAKEMAKE ARGS]
+    compendium new SLUG
+    compendium kernel
+
+``build`` validates the registry, the scale, the profile and every override *before* it starts
+Snakemake, so bad input costs nothing and writes nothing. With ``--keep-going`` (the default) a
+failing chapter does not stop the others; the book is then built from the chapters that finished,
+the failed ones marked as failed, and the command still exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from . import paths
+from .registry import RegistryError, overrides_from_strings
+from .workflow import PROFILES, Plan
+
+
+def _profile_dir(profile: str) -> Path:
+    if profile not in PROFILES:
+        raise RegistryError(f"unknown profile {profile!r}; allowed: {', '.join(PROFILES)}")
+    path = paths.WORKFLOW / "profiles" / profile
+    if not (path / "config.yaml").is_file():
+        raise RegistryError(f"profile {profile!r} has no {path / 'config.yaml'}")
+    return path
+
+
+def _plan(args) -> Plan:
+    only = getattr(args, "only", None) or []
+    default_slug = only[0] if len(only) == 1 else None
+    overrides = overrides_from_strings(args.set or [], default_slug=default_slug)
+    config = {"scale": args.scale, "overrides": overrides, "device": getattr(args, "device", "auto"),
+              "profile": getattr(args, "profile", "local")}
+    plan = Plan.from_config(config)
+    for slug in list(only) + list(getattr(args, "force", None) or []):
+        entry = plan.registry.chapter(slug)
+        if not entry.ready:
+            raise RegistryError(f"chapter {slug!r} is planned, not ready: there is nothing to run")
+    return plan
+
+
+def _run_config(args, plan: Plan, partial: bool) -> Path:
+    """The run-level config as a YAML file (``--config k=v`` would mangle nested values)."""
+    import tempfile
+
+    import yaml
+
+    only = args.only or []
+    overrides = overrides_from_strings(args.set or [], default_slug=only[0] if len(only) == 1 else None)
+    device = args.device if args.device != "auto" else ("cuda" if args.profile == "gpu" else "auto")
+    config = {"scale": plan.scale, "overrides": overrides, "device": device, "profile": args.profile,
+              "partial": partial}
+    fd, name = tempfile.mkstemp(prefix="compendium-run-", suffix=".yaml")
+    with open(fd, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(config, fh, sort_keys=True)
+    return Path(name)
+
+
+def _snakemake_cmd(args, plan: Plan, config_file: Path, partial: bool = False) -> list[str]:
+    targets = []
+    if args.only and not partial:
+        targets += [plan.chapter_outputs(slug)["claims"] for slug in args.only]
+        targets += [plan.claims_csv(), plan.book_index()]
+    if partial:
+        targets = [plan.claims_csv(), plan.book_index()]
+    cmd = [sys.executable, "-m", "snakemake", *targets,
+           "--snakefile", str(paths.WORKFLOW / "Snakefile"),
+           "--directory", str(paths.ROOT),
+           "--profile", str(_profile_dir(args.profile)),
+           "--configfile", str(config_file)]
+    if args.cores:
+        cmd += ["--cores", str(args.cores)]
+    if args.keep_going and not partial:
+        cmd.append("--keep-going")
+    if args.dry_run:
+        cmd.append("--dry-run")
+    if args.force and not partial:
+        cmd += ["--forcerun"] + [plan.chapter_outputs(s)["claims"] for s in args.force]
+    return cmd + list(args.snakemake_args or [])
+
+
+def cmd_validate(args) -> int:
+    plan = _plan(args)
+    ready = plan.registry.ready
+    print(f"registry OK: {len(plan.registry.chapters)} chapters ({len(ready)} ready, "
+          f"{len(plan.registry.chapters) - len(ready)} planned); scale {plan.scale!r}")
+    for slug, values in plan.params.items():
+        print(f"  {slug}: {json.dumps(values, sort_keys=True)}")
+    return 0
+
+
+def cmd_build(args) -> int:
+    plan = _plan(args)
+    _profile_dir(args.profile)
+    config_file = _run_config(args, plan, partial=False)
+    try:
+        cmd = _snakemake_cmd(args, plan, config_file)
+        print("+ " + " ".join(cmd[2:]), flush=True)
+        rc = subprocess.call(cmd, cwd=paths.ROOT)
+        if rc != 0 and args.keep_going and not args.dry_run:
+            print("\ncompendium: some jobs failed; building the book from the chapters that finished "
+                  "(failed chapters are shown as failed on the dashboard).", file=sys.stderr, flush=True)
+            partial_file = _run_config(args, plan, partial=True)
+            try:
+                if subprocess.call(_snakemake_cmd(args, plan, partial_file, partial=True), cwd=paths.ROOT):
+                    print("compendium: the partial book could not be built either.", file=sys.stderr)
+                else:
+                    print(f"compendium: partial book: {paths.ROOT / plan.book_index()}", file=sys.stderr)
+            finally:
+                partial_file.unlink(missing_ok=True)
+    finally:
+        config_file.unlink(missing_ok=True)
+    if rc == 0 and not args.dry_run:
+        print(f"\nbook: {paths.ROOT / plan.book_index()}")
+    return rc
+
+
+def cmd_new(args) -> int:
+    from .scaffold import scaffold
+
+    for path in scaffold(args.slug):
+        print(f"wrote {path.relative_to(paths.ROOT)}")
+    print("next: fill the module, the notebook and the tests, then set status: ready in chapters.yaml")
+    return 0
+
+
+def cmd_kernel(args) -> int:
+    print(f"export JUPYTER_PATH={paths.ROOT}  # makes kernels/{paths.KERNEL_NAME} visible to Jupyter")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="compendium", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--scale", default="smoke", help="experiment scale (smoke | full)")
+        p.add_argument("--set", action="append", metavar="SLUG.KEY=VALUE",
+                       help="override a chapter parameter (repeatable); KEY=VALUE when --only names one chapter")
+
+    p = sub.add_parser("validate", help="validate the registry, scale and overrides; print parameters")
+    common(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("build", help="run the chapters and build the book with Snakemake")
+    common(p)
+    p.add_argument("--profile", default="local", help=f"where it runs: {', '.join(PROFILES)}")
+    p.add_argument("--cores", type=int, default=None, help="cores for Snakemake (default: the profile's)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device for every chapter")
+    p.add_argument("--only", nargs="+", metavar="SLUG", help="run these chapters (and rebuild the book)")
+    p.add_argument("--force", nargs="+", metavar="SLUG", help="rerun these chapters even if up to date")
+    p.add_argument("--no-keep-going", dest="keep_going", action="store_false",
+                   help="stop at the first failing chapter")
+    p.add_argument("--dry-run", action="store_true", help="show what would run")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("new", help="scaffold a chapter (notebook, module, tests) from its registry entry")
+    p.add_argument("slug")
+    p.set_defaults(func=cmd_new)
+
+    p = sub.add_parser("kernel", help="print how to make the project kernel visible to Jupyter")
+    p.set_defaults(func=cmd_kernel)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
+        args.snakemake_args = args.snakemake_args[1:]
+    try:
+        return args.func(args)
+    except (RegistryError, FileExistsError) as err:
+        print(f"compendium: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

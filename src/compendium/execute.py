@@ -1,0 +1,173 @@
+"""Execute one chapter notebook with Papermill (called by the Snakemake ``chapter`` rule).
+
+The MyST notebook is converted with jupytext, executed under the project kernelspec
+(``kernels/compendium``, found through JUPYTER_PATH) with the resolved parameters, and its
+outputs are checked before they count as finished:
+
+* the executed notebook is written to a temporary file and moved into place only on success;
+* ``claims.json`` must exist, validate against the schema and name this chapter, scale and seed;
+* on a failing cell, ``FAILED.json`` (cell, error, traceback tail) and ``failed.ipynb`` are left
+  beside the outputs for the dashboard and for debugging, and a :class:`ChapterFailed` is raised
+  whose message names the cell and the error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from . import paths
+
+
+class ChapterFailed(RuntimeError):
+    """A chapter notebook raised, timed out, or did not write a valid ledger."""
+
+
+def kernel_environment(output_dir: Path, threads: int) -> dict[str, str]:
+    """Environment variables for the kernel: project kernelspec, offline, outputs, threads."""
+    jupyter_path = os.pathsep.join([str(paths.ROOT)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p])
+    env = {
+        "JUPYTER_PATH": jupyter_path,
+        "COMPENDIUM_OUTPUT_DIR": str(output_dir.resolve()),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    }
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
+def _failure_record(slug: str, scale: str, err: Exception) -> dict:
+    record = {"chapter": slug, "scale": scale, "error": type(err).__name__, "message": str(err).strip()}
+    # PapermillExecutionError carries the failing cell
+    for attr in ("cell_index", "exec_count", "ename", "evalue"):
+        if hasattr(err, attr):
+            record[attr] = getattr(err, attr)
+    if hasattr(err, "traceback"):
+        import re
+
+        tail = "\n".join(err.traceback[-6:])
+        record["traceback"] = re.sub(r"\x1b\[[0-9;]*m", "", tail)
+    return record
+
+
+def describe_failure(record: dict) -> str:
+    if "ename" in record:
+        cell = record.get("exec_count") or record.get("cell_index")
+        return f"chapter {record['chapter']!r} failed in cell {cell}: {record['ename']}: {record['evalue']}"
+    return f"chapter {record['chapter']!r} failed: {record['error']}: {record['message']}"
+
+
+def validate_claims(path: Path, slug: str, scale: str, seed: int) -> dict:
+    """Check ``claims.json`` against the schema and the run it should come from."""
+    if not path.is_file():
+        raise ChapterFailed(f"chapter {slug!r} finished without writing {path.name}: call ch.finish() at the end")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    schema = json.loads(paths.CLAIMS_SCHEMA.read_text(encoding="utf-8"))
+    try:
+        jsonschema.validate(data, schema)
+    except jsonschema.ValidationError as err:
+        raise ChapterFailed(f"chapter {slug!r}: claims.json does not match the schema: {err.message}") from None
+    expected = {"chapter": slug, "scale": scale, "seed": seed}
+    actual = {k: data[k] for k in expected}
+    if actual != expected:
+        raise ChapterFailed(f"chapter {slug!r}: claims.json is from another run: {actual} != {expected}")
+    return data
+
+
+class _Timeout(Exception):
+    pass
+
+
+def execute_chapter(
+    *,
+    slug: str,
+    scale: str,
+    notebook: str | Path,
+    parameters: dict,
+    output_notebook: str | Path,
+    claims: str | Path,
+    params_file: str | Path,
+    figures: str | Path,
+    timeout_s: int,
+    threads: int = 1,
+    log=None,
+) -> dict:
+    """Run the chapter; return its claims. Raise :class:`ChapterFailed` with the cell's error."""
+    import jupytext
+    import nbformat
+    import papermill
+
+    output_notebook, claims, params_file, figures = map(Path, (output_notebook, claims, params_file, figures))
+    out_dir = claims.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (claims, out_dir / "FAILED.json", out_dir / "failed.ipynb"):
+        stale.unlink(missing_ok=True)
+    shutil.rmtree(figures, ignore_errors=True)
+
+    nb = jupytext.read(str(notebook))
+    nb.metadata["kernelspec"] = {"name": paths.KERNEL_NAME, "display_name": "Python 3 (compendium)", "language": "python"}
+    nb.metadata.pop("jupytext", None)
+    env_updates = kernel_environment(out_dir, threads)
+    saved_env = {k: os.environ.get(k) for k in env_updates}
+    os.environ.update(env_updates)
+
+    def on_alarm(signum, frame):  # the whole-notebook limit from the scale
+        raise _Timeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(int(timeout_s))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"{slug}-") as tmp:
+        src = Path(tmp) / f"{slug}.ipynb"
+        dst = Path(tmp) / f"{slug}.executed.ipynb"
+        nbformat.write(nb, str(src))
+        try:
+            papermill.execute_notebook(
+                str(src),
+                str(dst),
+                parameters=parameters,
+                kernel_name=paths.KERNEL_NAME,
+                cwd=str(paths.ROOT),
+                execution_timeout=int(timeout_s),
+                progress_bar=False,
+                log_output=log is not None,
+                stdout_file=log,
+                stderr_file=log,
+                report_mode=False,
+            )
+        except BaseException as err:  # noqa: BLE001 - every failure is recorded, then re-raised
+            if isinstance(err, _Timeout):
+                err = ChapterFailed(f"chapter {slug!r} exceeded the {scale} timeout of {timeout_s} s")
+            record = _failure_record(slug, scale, err)
+            record["elapsed_s"] = round(time.perf_counter() - start, 2)
+            (out_dir / "FAILED.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            if dst.is_file():
+                shutil.copyfile(dst, out_dir / "failed.ipynb")
+            claims.unlink(missing_ok=True)
+            raise ChapterFailed(describe_failure(record)) from None
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        data = validate_claims(claims, slug, scale, parameters["seed"])
+        figures.mkdir(parents=True, exist_ok=True)
+        params_file.write_text(
+            yaml.safe_dump({"chapter": slug, "scale": scale, "parameters": parameters}, sort_keys=True)
+        )
+        shutil.move(str(dst), output_notebook)
+    return data

@@ -1,0 +1,31 @@
+# Aggregate every chapter's claims, then stage and build the Jupyter Book (execution off:
+# Snakemake is the only executor).
+
+
+rule claims_table:
+    input:
+        unpack(book_chapter_files),
+        registry=PLAN.registry.path,
+    output:
+        "results/{scale}/claims.csv",
+    script:
+        "../scripts/aggregate_claims.py"
+
+
+rule book:
+    input:
+        unpack(book_chapter_files),
+        csv="results/{scale}/claims.csv",
+        static=PLAN.book_static(),
+        registry=PLAN.registry.path,
+    output:
+        "results/{scale}/book/_build/html/index.html",
+    params:
+        profile=PLAN.profile,
+        partial=PLAN.partial,
+    log:
+        "results/{scale}/logs/book.log",
+    benchmark:
+        "results/{scale}/benchmarks/book.tsv"
+    script:
+        "../scripts/build_book.py"

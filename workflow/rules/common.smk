@@ -1,0 +1,64 @@
+# Helpers for the rules: everything is computed by compendium.workflow.Plan, which validates the
+# registry, the parameters and the overrides before any job is scheduled.
+import os
+import sys
+
+from compendium.registry import RegistryError
+from compendium.workflow import Plan
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # no run touches the network
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+try:
+    PLAN = Plan.from_config(config)
+except RegistryError as err:
+    sys.stderr.write(f"\ncompendium: invalid configuration, nothing was run:\n  {err}\n\n")
+    raise SystemExit(2)
+
+SCALE = PLAN.scale
+READY = [c.slug for c in PLAN.registry.ready]
+
+
+def chapter_notebook(wildcards):
+    return PLAN.chapter_inputs(wildcards.slug)["notebook"]
+
+
+def chapter_sources(wildcards):
+    return PLAN.chapter_inputs(wildcards.slug)["sources"]
+
+
+def chapter_params(wildcards):
+    return PLAN.params_json(wildcards.slug)
+
+
+def chapter_threads(wildcards):
+    return PLAN.registry.chapter(wildcards.slug).threads
+
+
+def chapter_mem_mb(wildcards):
+    return PLAN.registry.chapter(wildcards.slug).mem_mb
+
+
+def chapter_gpus(wildcards):
+    return int(PLAN.registry.chapter(wildcards.slug).gpu)
+
+
+def chapter_runtime_min(wildcards):
+    return max(1, PLAN.timeout_s() // 60 + 1)
+
+
+def book_chapter_files(wildcards):
+    slugs = PLAN.book_chapters()
+    return {
+        "notebooks": [PLAN.chapter_outputs(s)["notebook"] for s in slugs],
+        "claims": [PLAN.chapter_outputs(s)["claims"] for s in slugs],
+        "benchmarks": [PLAN.benchmark(s) for s in slugs],
+    }
+
+
+def book_index():
+    return PLAN.book_index()
+
+
+def claims_csv():
+    return PLAN.claims_csv()

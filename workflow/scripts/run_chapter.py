@@ -1,0 +1,29 @@
+"""Snakemake script for the `chapter` rule: execute one notebook with Papermill."""
+
+import json
+import sys
+
+from compendium.execute import ChapterFailed, execute_chapter
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+
+with open(sm.log[0], "w", encoding="utf-8") as log:
+    try:
+        execute_chapter(
+            slug=sm.wildcards.slug,
+            scale=sm.wildcards.scale,
+            notebook=sm.input.notebook,
+            parameters=json.loads(sm.params.values),
+            output_notebook=sm.output.notebook,
+            claims=sm.output.claims,
+            params_file=sm.output.params,
+            figures=sm.output.figures,
+            timeout_s=sm.params.timeout_s,
+            threads=sm.threads,
+            log=log,
+        )
+    except ChapterFailed as err:
+        print(f"\nERROR {err}\n  see {sm.log[0]} and results/{sm.wildcards.scale}/{sm.wildcards.slug}/FAILED.json\n",
+              file=sys.stderr)
+        log.write(f"\nERROR {err}\n")
+        sys.exit(1)
