@@ -307,9 +307,15 @@ def stage_book(registry: Registry, scale: str, profile: str = "local") -> Path:
         _write(target, content)
         wanted.add(target)
 
+    bib = []
     for f in sorted(paths.BOOK.rglob("*")):
-        if f.is_file() and "_build" not in f.parts:
-            put(str(f.relative_to(paths.BOOK)), f.read_bytes())
+        if not f.is_file() or "_build" in f.parts:
+            continue
+        if f.suffix == ".bib":  # book/references/<slug>.bib: one file per chapter, merged here
+            bib.append(f"% from book/{f.relative_to(paths.BOOK)}\n" + f.read_text(encoding="utf-8"))
+            continue
+        put(str(f.relative_to(paths.BOOK)), f.read_bytes())
+    put("references.bib", "\n".join(bib))
     put("_toc.yml", yaml.safe_dump(toc(registry), sort_keys=False))
     put("dashboard.md", dashboard_page(states, scale))
     put("runtime.md", runtime_page(registry, states, scale, profile))

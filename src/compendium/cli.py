@@ -3,6 +3,7 @@
     compendium validate [--scale S] [--set slug.key=value ...]
     compendium build    [--scale S] [--profile P] [--cores N] [--only SLUG ...] [--force SLUG ...]
                         [--set slug.key=value ...] [--no-keep-going] [--dry-run] [-- SNAKEMAKE ARGS]
+    compendium execute SLUG [--scale S] [--set KEY=VALUE ...]
     compendium new SLUG
     compendium kernel
 
@@ -124,6 +125,31 @@ def cmd_build(args) -> int:
     return rc
 
 
+def cmd_execute(args) -> int:
+    """Execute one chapter notebook directly (no Snakemake, no book): for writing a chapter."""
+    from .execute import ChapterFailed, execute_chapter
+
+    args.only = [args.slug]
+    plan = _plan(args)
+    entry = plan.registry.chapter(args.slug)
+    outputs = plan.chapter_outputs(args.slug)
+    try:
+        data = execute_chapter(
+            slug=args.slug, scale=plan.scale, notebook=entry.notebook, parameters=plan.params[args.slug],
+            output_notebook=paths.ROOT / outputs["notebook"], claims=paths.ROOT / outputs["claims"],
+            params_file=paths.ROOT / outputs["params"],
+            figures=paths.ROOT / plan.out(args.slug, "figures"), timeout_s=plan.timeout_s(),
+            threads=entry.threads,
+        )
+    except ChapterFailed as err:
+        print(f"compendium: {err}", file=sys.stderr)
+        return 1
+    for claim in data["claims"]:
+        print(f"  {claim['verdict']:>13}  {claim['id']}: measured {claim['measured']} (criterion {claim['criterion']})")
+    print(f"executed notebook: {paths.ROOT / outputs['notebook']}")
+    return 0
+
+
 def cmd_new(args) -> int:
     from .scaffold import scaffold
 
@@ -163,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="show what would run")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("execute", help="execute one chapter notebook now, without Snakemake or the book")
+    common(p)
+    p.add_argument("slug")
+    p.set_defaults(func=cmd_execute)
 
     p = sub.add_parser("new", help="scaffold a chapter (notebook, module, tests) from its registry entry")
     p.add_argument("slug")
