@@ -4,6 +4,7 @@
     compendium build    [--scale S] [--profile P] [--cores N] [--only SLUG ...] [--force SLUG ...]
                         [--set slug.key=value ...] [--no-keep-going] [--dry-run] [-- SNAKEMAKE ARGS]
     compendium execute SLUG [--scale S] [--set KEY=VALUE ...]
+    compendium asset NAME [--scale S]
     compendium new SLUG
     compendium kernel
 
@@ -132,6 +133,8 @@ def cmd_execute(args) -> int:
     args.only = [args.slug]
     plan = _plan(args)
     entry = plan.registry.chapter(args.slug)
+    for name in entry.assets:
+        _ensure_asset(plan, name)
     outputs = plan.chapter_outputs(args.slug)
     try:
         data = execute_chapter(
@@ -147,6 +150,28 @@ def cmd_execute(args) -> int:
     for claim in data["claims"]:
         print(f"  {claim['verdict']:>13}  {claim['id']}: measured {claim['measured']} (criterion {claim['criterion']})")
     print(f"executed notebook: {paths.ROOT / outputs['notebook']}")
+    return 0
+
+
+def _ensure_asset(plan: Plan, name: str, force: bool = False) -> Path:
+    from .assets import AssetMissing, asset_dir, build_asset
+
+    try:
+        if not force:
+            return asset_dir(name, plan.scale)
+    except AssetMissing:
+        pass
+    spec = plan.registry.assets[name]
+    print(f"building asset {name!r} ({plan.scale}) ...", flush=True)
+    return build_asset(name, spec["builder"], paths.ROOT / "results" / plan.scale / "assets" / name,
+                       plan.scale, spec.get("seed", 0))
+
+
+def cmd_asset(args) -> int:
+    plan = _plan(args)
+    if args.name not in plan.registry.assets:
+        raise RegistryError(f"unknown asset {args.name!r}; allowed: {', '.join(plan.registry.assets) or 'none'}")
+    print(_ensure_asset(plan, args.name, force=True))
     return 0
 
 
@@ -194,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("slug")
     p.set_defaults(func=cmd_execute)
+
+    p = sub.add_parser("asset", help="build one shared asset now (e.g. train a tiny model)")
+    common(p)
+    p.add_argument("name")
+    p.set_defaults(func=cmd_asset)
 
     p = sub.add_parser("new", help="scaffold a chapter (notebook, module, tests) from its registry entry")
     p.add_argument("slug")

@@ -24,10 +24,14 @@ def results_dir(scale: str) -> str:
     return f"results/{scale}"
 
 
+# Modules of the machinery around the chapters: a change to them does not change any result.
+INFRASTRUCTURE = {"book.py", "cli.py", "scaffold.py", "workflow.py", "registry.py", "execute.py"}
+
+
 def shared_modules() -> list[str]:
-    """Library files every chapter depends on (a change reruns the chapters)."""
+    """Shared library files every chapter's results depend on (a change reruns the chapters)."""
     pkg = paths.ROOT / "src" / "compendium"
-    return sorted(str(p.relative_to(paths.ROOT)) for p in pkg.glob("*.py"))
+    return sorted(str(p.relative_to(paths.ROOT)) for p in pkg.glob("*.py") if p.name not in INFRASTRUCTURE)
 
 
 def paper_sources(slug: str) -> list[str]:
@@ -98,6 +102,13 @@ class Plan:
             "sources": paper_sources(slug) + shared_modules(),
             "kernel": "kernels/compendium/kernel.json",
         }
+
+    def asset_sources(self, name: str) -> list[str]:
+        """The builder's module (and the shared library): a change rebuilds the asset."""
+        module = self.registry.assets[name]["builder"].split(":")[0]
+        slug = module.rsplit(".", 1)[-1]
+        own = paper_sources(slug) if module.startswith("compendium.papers.") else []
+        return own + shared_modules()
 
     def params_json(self, slug: str) -> str:
         """Resolved parameters as canonical JSON: Snakemake reruns a chapter when they change."""

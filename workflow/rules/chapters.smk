@@ -6,6 +6,7 @@
 wildcard_constraints:
     scale="[a-z][a-z0-9_]*",
     slug="|".join(READY) if READY else "(?!)",
+    asset="|".join(PLAN.registry.assets) if PLAN.registry.assets else "(?!)",
 
 
 rule chapter:
@@ -13,6 +14,7 @@ rule chapter:
         notebook=chapter_notebook,
         sources=chapter_sources,
         kernel="kernels/compendium/kernel.json",
+        assets=chapter_assets,
     output:
         notebook="results/{scale}/{slug}/{slug}.ipynb",
         claims="results/{scale}/{slug}/claims.json",
@@ -32,3 +34,23 @@ rule chapter:
         gpu=chapter_gpus,
     script:
         "../scripts/run_chapter.py"
+
+
+rule asset:
+    input:
+        sources=asset_sources,
+    output:
+        directory("results/{scale}/assets/{asset}"),
+    params:
+        builder=asset_builder,
+        seed=asset_seed,
+    log:
+        "results/{scale}/logs/asset-{asset}.log",
+    benchmark:
+        "results/{scale}/benchmarks/asset-{asset}.tsv"
+    threads: asset_threads
+    resources:
+        mem_mb=asset_mem_mb,
+        gpu=asset_gpus,
+    script:
+        "../scripts/build_asset.py"

@@ -47,6 +47,38 @@ def chapter_runtime_min(wildcards):
     return max(1, PLAN.timeout_s() // 60 + 1)
 
 
+def chapter_assets(wildcards):
+    return [f"results/{wildcards.scale}/assets/{a}" for a in PLAN.registry.chapter(wildcards.slug).assets]
+
+
+def _asset(wildcards):
+    return PLAN.registry.assets[wildcards.asset]
+
+
+def asset_sources(wildcards):
+    return PLAN.asset_sources(wildcards.asset)
+
+
+def asset_builder(wildcards):
+    return _asset(wildcards)["builder"]
+
+
+def asset_seed(wildcards):
+    return _asset(wildcards).get("seed", 0)
+
+
+def asset_threads(wildcards):
+    return _asset(wildcards).get("threads", 1)
+
+
+def asset_mem_mb(wildcards):
+    return _asset(wildcards).get("mem_mb", 2000)
+
+
+def asset_gpus(wildcards):
+    return int(_asset(wildcards).get("gpu", False))
+
+
 def book_chapter_files(wildcards):
     slugs = PLAN.book_chapters()
     return {
