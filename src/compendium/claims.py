@@ -95,7 +95,7 @@ class Criterion:
         """Whether ``measured`` satisfies the criterion (NaN and inf never pass a bound)."""
         op, args = self.op, self.args
         if op in ("is_true", "is_false"):
-            if not isinstance(measured, (bool,)) and type(measured).__name__ != "bool_":
+            if not isinstance(measured, bool) and type(measured).__name__ not in ("bool_", "bool"):
                 raise ValueError(f"criterion '{self.text}' needs a boolean measurement, got {measured!r}")
             return bool(measured) is (op == "is_true")
         if op == "simplifies_to":
@@ -218,7 +218,7 @@ def _jsonable(value: Any) -> Any:
     """Convert a measurement to a JSON value: numbers stay numbers, the rest becomes text."""
     if value is None or isinstance(value, (bool, str)):
         return value
-    if type(value).__name__ == "bool_":
+    if type(value).__name__ in ("bool_", "bool"):  # numpy booleans
         return bool(value)
     if isinstance(value, numbers.Integral):
         return int(value)

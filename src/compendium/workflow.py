@@ -67,7 +67,7 @@ class Plan:
             raise RegistryError(f"config 'device' = {device!r} is not allowed: one of {', '.join(DEVICES)}")
         profile = config.get("profile", "local")
         if profile not in PROFILES:
-            raise RegistryError(f"config 'profile' = {profile!r} is not allowed: one of {', '.join(PROFILES)}")
+            raise RegistryError(f"unknown profile {profile!r}; allowed: {', '.join(PROFILES)}")
         overrides = config.get("overrides") or {}
         if isinstance(overrides, str):  # `--config overrides='{...}'` may arrive as text
             try:

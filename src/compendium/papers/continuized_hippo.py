@@ -74,17 +74,11 @@ class Config:
 
     Parameters
     ----------
-    symbolic_order : int
-        Largest state size ``N`` for the exact sympy proofs, in [2, 10].
-    orders : tuple of int
-        Increasing state sizes (at least 3, each in [16, 4096]) for the asymptotics and the
-        convergence order; a doubling grid gives evenly spaced points on log-log axes.
-    num_modes : int
-        Number of skew-part eigenvalues compared with the asymptotic law, in [1, 8].
-    tau_max : float
-        Largest continuum time ``tau = N^2 t`` of the impulse-response comparison, in (0, 32].
-    seed : int
-        Recorded for the ledger; the computation has no randomness.
+    symbolic_order : int in [2, 10], largest state size ``N`` for the exact sympy proofs.
+    orders : tuple of int, strictly increasing, at least 3, each in [16, 4096] (a doubling grid).
+    num_modes : int in [1, 8], skew-part eigenvalues compared with the asymptotic law.
+    tau_max : float in (0, 32], largest continuum time ``tau = N^2 t`` compared.
+    seed : int, recorded for the ledger; the computation has no randomness.
     """
 
     symbolic_order: int = 5
@@ -176,19 +170,7 @@ def legs_nplr(order: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def legs_impulse_closed_form(order: int, t) -> np.ndarray:
-    """``expm(A t) B`` from the Legendre closed form.
-
-    Parameters
-    ----------
-    order : int
-        State size ``N``.
-    t : float or array_like, shape (T,)
-        Non-negative times.
-
-    Returns
-    -------
-    ndarray, shape (T, N)  (``T = 1`` for a scalar ``t``)
-    """
+    """``expm(A t) B`` from the Legendre closed form: ``order`` = N, ``t`` scalar or shape (T,) -> (T, N)."""
     _check_order(order)
     t = np.atleast_1d(np.asarray(t, dtype=float))
     if t.ndim != 1 or np.any(t < 0) or not np.all(np.isfinite(t)):
@@ -243,18 +225,10 @@ def _weighted_cumulative(phi: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def volterra_apply(phi, x) -> np.ndarray:
-    """Continuized-HiPPO operator ``(K phi)(x) = -2 sqrt(x) int_0^x sqrt(y) phi(y) dy``.
+    """Continuized-HiPPO operator ``(K phi)(x) = -2 sqrt(x) int_0^x sqrt(y) phi(y) dy`` by quadrature.
 
-    Parameters
-    ----------
-    phi : array_like, shape (..., X)
-        Function values on ``x`` (real or complex).
-    x : array_like, shape (X,)
-        Strictly increasing grid with ``x[0] = 0`` and ``x[-1] = 1``.
-
-    Returns
-    -------
-    ndarray, shape (..., X)
+    ``phi`` has shape (..., X) (real or complex) on the strictly increasing grid ``x``, shape (X,),
+    with ``x[0] = 0`` and ``x[-1] = 1``; returns shape (..., X).
     """
     x = np.asarray(x, dtype=float)
     return -2.0 * np.sqrt(x) * _weighted_cumulative(phi, x)

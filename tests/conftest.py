@@ -1,0 +1,61 @@
+"""Shared fixtures: throw-away copies of the project for workflow tests.
+
+A *project* here is a temporary folder laid out like the repository (workflow/, book/, kernels/,
+notebooks/, a link to src/) in which `compendium build` runs with COMPENDIUM_ROOT pointing at it,
+so tests never touch the repository's own results/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "project"
+SEEDS = Path(os.environ.get("COMPENDIUM_SEEDS", REPO.parent / "shared" / "seeds"))
+
+
+def make_project(dest: Path, *, fixture: bool = True) -> Path:
+    """Lay out a project in ``dest``: the fixture registry and notebooks, or the real ones."""
+    for name in ("workflow", "book", "kernels"):
+        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("_build", "__pycache__"))
+    (dest / "src").symlink_to(REPO / "src")
+    if fixture:
+        shutil.copytree(FIXTURE / "notebooks", dest / "notebooks")
+        shutil.copy(FIXTURE / "workflow" / "config" / "chapters.yaml", dest / "workflow" / "config" / "chapters.yaml")
+    else:
+        (dest / "notebooks").symlink_to(REPO / "notebooks")
+    return dest
+
+
+def project_env(root: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPENDIUM_")}
+    env.update({"COMPENDIUM_ROOT": str(root), "COMPENDIUM_SEEDS": str(SEEDS), "HF_HUB_OFFLINE": "1"})
+    return env
+
+
+def compendium(root: Path, *args: str, check: bool = False, timeout: int = 900, prefix=()) -> subprocess.CompletedProcess:
+    """Run the ``compendium`` CLI against the project at ``root``."""
+    cmd = [*prefix, sys.executable, "-m", "compendium.cli", *args]
+    proc = subprocess.run(cmd, cwd=root, env=project_env(root), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    return make_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="module")
+def built_project(tmp_path_factory) -> Path:
+    """The fixture project after one successful smoke build (shared by a test module)."""
+    root = make_project(tmp_path_factory.mktemp("built") / "project")
+    compendium(root, "build", check=True)
+    return root

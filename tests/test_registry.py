@@ -1,0 +1,167 @@
+"""The registry and every way bad input is refused before any notebook runs."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compendium import paths
+from compendium.registry import RegistryError, load_registry, overrides_from_strings
+from compendium.workflow import Plan
+
+from conftest import REPO, compendium
+
+INDEX = REPO.parent / "shared" / "papers" / "INDEX.md"
+
+
+def test_registry_lists_the_38_papers_of_the_index():
+    registry = load_registry()
+    assert len(registry.chapters) == 38
+    if INDEX.is_file():
+        rows = [r.strip().strip("|").split("|") for r in INDEX.read_text().splitlines() if r.startswith("| ") and not r.startswith("| slug")]
+        index = {r[0].strip(): (r[1].strip(), int(r[2])) for r in rows}
+        assert {c.slug: (c.seed_file, c.abstract) for c in registry.chapters} == index
+
+
+def test_parts_cover_every_chapter_and_ready_chapters_resolve():
+    registry = load_registry()
+    assert {c.part for c in registry.chapters} <= {p.id for p in registry.parts}
+    for scale in registry.scales:
+        params = registry.resolve_all(scale)
+        assert set(params) == {c.slug for c in registry.ready}
+        for values in params.values():
+            assert values["scale"] == scale and values["device"] == "auto"
+
+
+def _write_registry(tmp_path: Path, mutate) -> Path:
+    raw = yaml.safe_load(paths.REGISTRY.read_text())
+    mutate(raw)
+    out = tmp_path / "chapters.yaml"
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+def _hippo(raw):
+    return next(c for c in raw["chapters"] if c["slug"] == "continuized_hippo")
+
+
+BAD_REGISTRIES = {
+    "unknown chapter key": (lambda r: _hippo(r).update(colour="red"), r"continuized_hippo.*colour"),
+    "wrong type of abstract": (lambda r: _hippo(r).update(abstract="fourteen"), r"continuized_hippo.*abstract"),
+    "abstract out of range": (lambda r: _hippo(r).update(abstract=99), r"continuized_hippo.*abstract.*out of range"),
+    "unknown part": (lambda r: _hippo(r).update(part="poetry"), r"continuized_hippo.*part.*poetry"),
+    "duplicate slug": (lambda r: r["chapters"].append(dict(_hippo(r))), r"continuized_hippo.*twice"),
+    "bad status": (lambda r: _hippo(r).update(status="done"), r"continuized_hippo.*status"),
+    "parameter without a value for a scale": (
+        lambda r: _hippo(r)["parameters"]["num_modes"].pop("default"), r"num_modes.*no value for scale"),
+    "registry value out of range": (
+        lambda r: _hippo(r)["parameters"]["num_modes"].update(default=99), r"num_modes.*out of range.*\[1, 8\]"),
+    "reserved parameter name": (
+        lambda r: _hippo(r)["parameters"].update(seed={"type": "integer", "help": "x", "default": 1}), r"continuized_hippo.*parameters"),
+    "parameter spec without help": (
+        lambda r: _hippo(r)["parameters"]["num_modes"].pop("help"), r"continuized_hippo.*help"),
+    "unknown asset": (lambda r: _hippo(r).update(assets=["gpt5"]), r"continuized_hippo.*unknown asset 'gpt5'"),
+    "unknown top-level key": (lambda r: r.update(chapterz=[]), r"chapterz"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REGISTRIES))
+def test_bad_registry_is_refused_with_chapter_and_key(tmp_path, case):
+    mutate, pattern = BAD_REGISTRIES[case]
+    path = _write_registry(tmp_path, mutate)
+    with pytest.raises(RegistryError, match=pattern):
+        load_registry(path)
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "chapters.yaml"
+    bad.write_text("chapters: [\n  - slug: x\n")
+    with pytest.raises(RegistryError, match="not valid YAML"):
+        load_registry(bad)
+    with pytest.raises(RegistryError, match="not found"):
+        load_registry(tmp_path / "nope.yaml")
+
+
+def test_ready_chapter_without_notebook(tmp_path):
+    def mutate(raw):
+        c = next(c for c in raw["chapters"] if c["status"] == "planned")
+        c["status"] = "ready"
+    with pytest.raises(RegistryError, match="ready but its notebook is missing"):
+        load_registry(_write_registry(tmp_path, mutate))
+
+
+BAD_OVERRIDES = {
+    "unknown slug": (["nochapter.seed=1"], r"unknown chapter 'nochapter'"),
+    "unknown parameter": (["continuized_hippo.tau=1"], r"'continuized_hippo'.*unknown parameter 'tau'.*tau_max"),
+    "wrong type": (["continuized_hippo.num_modes=many"], r"'continuized_hippo'.*'num_modes'.*wrong type.*integer"),
+    "out of range": (["continuized_hippo.num_modes=0"], r"'continuized_hippo'.*'num_modes'.*out of range.*\[1, 8\]"),
+    "list item out of range": (["continuized_hippo.orders=[8, 16, 32]"], r"'orders'.*out of range"),
+    "bad seed": (["continuized_hippo.seed=-1"], r"'seed'.*invalid"),
+    "bool for integer": (["continuized_hippo.num_modes=true"], r"'num_modes'.*wrong type"),
+    "bad device": (["continuized_hippo.device=tpu"], r"'device'.*'tpu'.*one of"),
+    "planned chapter": (["graph_alignment.seed=1"], r"'graph_alignment' is planned"),
+    "scale per chapter": (["continuized_hippo.scale=full"], r"'scale' is chosen for the whole run"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OVERRIDES))
+def test_bad_override_is_refused(case):
+    items, pattern = BAD_OVERRIDES[case]
+    with pytest.raises(RegistryError, match=pattern):
+        load_registry().resolve_all("smoke", overrides_from_strings(items))
+
+
+def test_bad_workflow_config_is_refused():
+    with pytest.raises(RegistryError, match="unknown scale 'huge'"):
+        Plan.from_config({"scale": "huge"})
+    with pytest.raises(RegistryError, match="unknown workflow config key"):
+        Plan.from_config({"scale": "smoke", "treads": 4})
+    with pytest.raises(RegistryError, match="unknown profile 'cloud'"):
+        Plan.from_config({"scale": "smoke", "profile": "cloud"})
+    with pytest.raises(RegistryError, match="override looks like"):
+        overrides_from_strings(["seed3"])
+
+
+def test_overrides_apply_and_are_typed():
+    params = load_registry().resolve_all("smoke", overrides_from_strings(["continuized_hippo.seed=7", "continuized_hippo.tau_max=4"]))
+    assert params["continuized_hippo"]["seed"] == 7
+    assert params["continuized_hippo"]["tau_max"] == 4
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["build", "--set", "continuized_hippo.num_modes=0"], r"'num_modes'.*out of range"),
+        (["build", "--profile", "cloud"], r"unknown profile 'cloud'"),
+        (["build", "--scale", "huge"], r"unknown scale 'huge'"),
+        (["build", "--only", "nochapter"], r"unknown chapter 'nochapter'"),
+        (["build", "--only", "graph_alignment"], r"'graph_alignment' is planned"),
+        (["build", "--force", "demo"], r"unknown chapter 'demo'"),
+    ],
+)
+def test_cli_refuses_bad_input_and_writes_nothing(tmp_path, args, pattern):
+    from conftest import make_project
+
+    root = make_project(tmp_path / "p", fixture=False)
+    proc = compendium(root, *args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert re.search(pattern, proc.stderr), proc.stderr
+    assert not (root / "results").exists() and not (root / ".snakemake").exists()
+
+
+def test_snakemake_itself_refuses_bad_config_before_running(tmp_path):
+    """Running snakemake directly (not through the CLI) validates too."""
+    import subprocess
+    import sys
+
+    from conftest import make_project, project_env
+
+    root = make_project(tmp_path / "p", fixture=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--config", "scale=huge"],
+        cwd=root, env=project_env(root), capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "unknown scale 'huge'" in proc.stderr + proc.stdout
+    assert not (root / "results").exists()
