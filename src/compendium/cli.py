@@ -100,27 +100,65 @@ def cmd_validate(args) -> int:
     return 0
 
 
+class _BuildLock:
+    """One build per project at a time, with a lock the kernel releases when the holder dies.
+
+    Snakemake's own lock files survive a killed run and then block the next one until
+    ``--unlock``; an ``flock`` cannot go stale, so builds run with ``--nolock`` under it.
+    """
+
+    def __init__(self, root: Path):
+        self.path = root / ".snakemake" / "compendium-build.lock"
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = self.path.open("w")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise RegistryError(f"another build is running in {self.path.parents[1]} (lock {self.path})") from None
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
+def _call(cmd: list[str]) -> int:
+    """Run Snakemake; Ctrl-C lets it clean up, then stops the build (no partial book)."""
+    proc = subprocess.Popen(cmd, cwd=paths.ROOT)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.wait()
+        raise
+
+
 def cmd_build(args) -> int:
     plan = _plan(args)
     _profile_dir(args.profile)
-    config_file = _run_config(args, plan, partial=False)
-    try:
-        cmd = _snakemake_cmd(args, plan, config_file)
-        print("+ " + " ".join(cmd[2:]), flush=True)
-        rc = subprocess.call(cmd, cwd=paths.ROOT)
-        if rc != 0 and args.keep_going and not args.dry_run:
-            print("\ncompendium: some jobs failed; building the book from the chapters that finished "
-                  "(failed chapters are shown as failed on the dashboard).", file=sys.stderr, flush=True)
-            partial_file = _run_config(args, plan, partial=True)
-            try:
-                if subprocess.call(_snakemake_cmd(args, plan, partial_file, partial=True), cwd=paths.ROOT):
-                    print("compendium: the partial book could not be built either.", file=sys.stderr)
-                else:
-                    print(f"compendium: partial book: {paths.ROOT / plan.book_index()}", file=sys.stderr)
-            finally:
-                partial_file.unlink(missing_ok=True)
-    finally:
-        config_file.unlink(missing_ok=True)
+    args.snakemake_args = ["--nolock", *(args.snakemake_args or [])]
+    with _BuildLock(paths.ROOT):
+        config_file = _run_config(args, plan, partial=False)
+        try:
+            cmd = _snakemake_cmd(args, plan, config_file)
+            print("+ " + " ".join(cmd[2:]), flush=True)
+            rc = _call(cmd)
+            if rc != 0 and args.keep_going and not args.dry_run:
+                print("\ncompendium: some jobs failed; building the book from the chapters that finished "
+                      "(failed chapters are shown as failed on the dashboard).", file=sys.stderr, flush=True)
+                partial_file = _run_config(args, plan, partial=True)
+                try:
+                    if _call(_snakemake_cmd(args, plan, partial_file, partial=True)):
+                        print("compendium: the partial book could not be built either.", file=sys.stderr)
+                    else:
+                        print(f"compendium: partial book: {paths.ROOT / plan.book_index()}", file=sys.stderr)
+                finally:
+                    partial_file.unlink(missing_ok=True)
+        finally:
+            config_file.unlink(missing_ok=True)
     if rc == 0 and not args.dry_run:
         print(f"\nbook: {paths.ROOT / plan.book_index()}")
     return rc
@@ -243,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RegistryError, FileExistsError) as err:
         print(f"compendium: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("compendium: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

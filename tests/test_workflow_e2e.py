@@ -1,0 +1,152 @@
+"""End to end on the fixture project: Snakemake + Papermill + Jupyter Book, faults included.
+
+The tests of this module run in order on one project (a module-scoped fixture), like a user who
+builds, rebuilds, overrides, breaks and repairs a chapter.
+"""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import compendium, make_project, project_env
+
+pytestmark = pytest.mark.e2e
+
+
+def _mtime(path):
+    return path.stat().st_mtime_ns
+
+
+def _out(root, slug, name):
+    return root / "results" / "smoke" / slug / name
+
+
+def test_build_produces_chapters_claims_and_book(built_project):
+    root = built_project
+    for slug in ("demo_mean", "demo_variance"):
+        for name in (f"{slug}.ipynb", "claims.json", "params.yaml", "figures/histogram.png"):
+            assert _out(root, slug, name).is_file(), name
+        assert (root / "results" / "smoke" / "benchmarks" / f"{slug}.tsv").is_file()
+    rows = list(csv.DictReader((root / "results" / "smoke" / "claims.csv").open()))
+    assert {(r["chapter"], r["verdict"]) for r in rows} == {
+        ("demo_mean", "pass"), ("demo_variance", "pass"), ("demo_planned", "planned")}
+    html = root / "results" / "smoke" / "book" / "_build" / "html"
+    dashboard = (html / "dashboard.html").read_text()
+    assert "demo_planned" not in dashboard or "planned" in dashboard
+    assert dashboard.count("verdict-pass") >= 2 and "verdict-planned" in dashboard
+    part = (html / "parts" / "inference.html").read_text()
+    assert "Demo: a planned chapter" in part and "planned" in part
+    chapter = (html / "chapters" / "demo_mean.html").read_text()
+    assert "claims-ledger" in chapter and 'class="verdict verdict-pass"' in chapter
+    assert "mathjax" in chapter.lower() and "cdn.jsdelivr" not in chapter  # math served by the book
+    assert (html / "_sources" / "chapters" / "demo_mean.ipynb").is_file()  # the download
+    assert "Run times" in (html / "runtime.html").read_text()
+
+
+def test_noop_rebuild_does_nothing(built_project):
+    root = built_project
+    claims = _out(root, "demo_mean", "claims.json")
+    before = _mtime(claims)
+    index = root / "results" / "smoke" / "book" / "_build" / "html" / "index.html"
+    book_before = _mtime(index)
+    proc = compendium(root, "build", check=True)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert _mtime(claims) == before and _mtime(index) == book_before
+
+
+def test_override_reruns_only_that_chapter_and_the_book(built_project):
+    root = built_project
+    other = _out(root, "demo_variance", "claims.json")
+    other_before = _mtime(other)
+    index = root / "results" / "smoke" / "book" / "_build" / "html" / "index.html"
+    book_before = _mtime(index)
+    compendium(root, "build", "--only", "demo_mean", "--set", "seed=5", check=True)
+    data = json.loads(_out(root, "demo_mean", "claims.json").read_text())
+    assert data["seed"] == 5
+    assert "seed: 5" in _out(root, "demo_mean", "params.yaml").read_text()
+    assert _mtime(other) == other_before
+    assert _mtime(index) > book_before
+
+
+def test_forced_rerun_is_byte_identical(built_project):
+    root = built_project
+    claims = _out(root, "demo_variance", "claims.json")
+    before = claims.read_bytes()
+    stamp = _mtime(claims)
+    compendium(root, "build", "--force", "demo_variance", check=True)
+    assert _mtime(claims) > stamp, "the chapter was really rerun"
+    assert claims.read_bytes() == before
+
+
+def test_failing_chapter_fails_loudly_and_leaves_the_rest(built_project):
+    root = built_project
+    other = _out(root, "demo_variance", "claims.json")
+    other_bytes = other.read_bytes()
+    proc = compendium(root, "build", "--set", "demo_mean.explode=true")
+    assert proc.returncode != 0
+    err = proc.stdout + proc.stderr
+    assert "demo_mean' failed in cell" in err and "injected failure in the experiment cell" in err
+    assert not _out(root, "demo_mean", "claims.json").exists(), "no partial output kept as finished"
+    assert not _out(root, "demo_mean", "demo_mean.ipynb").exists()
+    failure = json.loads(_out(root, "demo_mean", "FAILED.json").read_text())
+    assert failure["ename"] == "ValueError"
+    assert other.read_bytes() == other_bytes
+    html = root / "results" / "smoke" / "book" / "_build" / "html"
+    dashboard = (html / "dashboard.html").read_text()
+    assert "verdict-failed-to-run" in dashboard
+    assert "injected failure" in (html / "chapters" / "demo_mean.html").read_text()
+    rows = list(csv.DictReader((root / "results" / "smoke" / "claims.csv").open()))
+    assert [r["verdict"] for r in rows if r["chapter"] == "demo_mean"] == ["failed_to_run"]
+
+
+def test_repaired_chapter_recovers(built_project):
+    root = built_project
+    compendium(root, "build", check=True)
+    assert _out(root, "demo_mean", "claims.json").is_file()
+    assert not _out(root, "demo_mean", "FAILED.json").exists()
+    dashboard = (root / "results" / "smoke" / "book" / "_build" / "html" / "dashboard.html").read_text()
+    assert "verdict-failed-to-run" not in dashboard
+
+
+def test_interrupted_run_resumes(tmp_path):
+    root = make_project(tmp_path / "project")
+    cmd = [sys.executable, "-m", "compendium.cli", "build", "--cores", "1"]
+    proc = subprocess.Popen(cmd, cwd=root, env=project_env(root), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    logs = root / "results" / "smoke" / "logs"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (logs.is_dir() and any(logs.glob("demo_*.log"))):
+        time.sleep(0.2)
+    time.sleep(2.0)  # inside the first notebook
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=120)
+    finished = [s for s in ("demo_mean", "demo_variance") if _out(root, s, "claims.json").exists()]
+    assert len(finished) < 2, "the interruption came too late to test anything"
+    compendium(root, "build", check=True)
+    for slug in ("demo_mean", "demo_variance"):
+        assert _out(root, slug, "claims.json").is_file()
+    assert (root / "results" / "smoke" / "book" / "_build" / "html" / "index.html").is_file()
+
+
+def _can_cut_network() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_cut_network(), reason="needs unshare -n and ip (root)")
+def test_build_works_with_the_network_cut(tmp_path):
+    root = make_project(tmp_path / "project")
+    script = f"ip link set lo up && exec {sys.executable} -m compendium.cli build"
+    proc = subprocess.run(["unshare", "-n", "sh", "-c", script], cwd=root, env=project_env(root),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (root / "results" / "smoke" / "book" / "_build" / "html" / "index.html").is_file()
