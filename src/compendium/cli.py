@@ -5,6 +5,7 @@
                         [--set slug.key=value ...] [--no-keep-going] [--dry-run] [-- SNAKEMAKE ARGS]
     compendium execute SLUG [--scale S] [--set KEY=VALUE ...]
     compendium asset NAME [--scale S]
+    compendium verdicts [--scale S]
     compendium new SLUG
     compendium kernel
 
@@ -213,6 +214,26 @@ def cmd_asset(args) -> int:
     return 0
 
 
+def current_verdicts(plan: Plan) -> dict:
+    """``{slug: {claim: verdict}}`` from the finished chapters of ``plan.scale``."""
+    out = {}
+    for entry in plan.registry.ready:
+        claims = paths.ROOT / plan.chapter_outputs(entry.slug)["claims"]
+        if claims.is_file():
+            data = json.loads(claims.read_text(encoding="utf-8"))
+            out[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"]}
+    return out
+
+
+def cmd_verdicts(args) -> int:
+    """Print the verdicts of the last run in the format of expected_verdicts.yaml."""
+    import yaml
+
+    plan = _plan(args)
+    print(yaml.safe_dump({plan.scale: current_verdicts(plan)}, sort_keys=False), end="")
+    return 0
+
+
 def cmd_new(args) -> int:
     from .scaffold import scaffold
 
@@ -262,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("name")
     p.set_defaults(func=cmd_asset)
+
+    p = sub.add_parser("verdicts", help="print the last run's verdicts as expected_verdicts.yaml entries")
+    common(p)
+    p.set_defaults(func=cmd_verdicts)
 
     p = sub.add_parser("new", help="scaffold a chapter (notebook, module, tests) from its registry entry")
     p.add_argument("slug")

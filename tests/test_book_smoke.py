@@ -1,0 +1,73 @@
+"""The real compendium at the smoke scale, end to end, with the network cut where possible.
+
+Builds every ready chapter of the real registry through Snakemake and Papermill in a throw-away
+copy of the project, then checks: the book and dashboard exist, every chapter's verdicts equal
+workflow/config/expected_verdicts.yaml, every chapter kept to its time budget (with slack for a
+noisy CI machine), and a forced rerun gives a byte-identical claims.json.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from compendium import paths
+from compendium.book import read_benchmark
+from compendium.registry import load_registry
+
+from conftest import compendium, make_project, project_env
+from test_workflow_e2e import _can_cut_network
+
+pytestmark = pytest.mark.e2e
+REGISTRY = load_registry()
+BUDGET_SLACK = 1.5  # CI machines are noisy; the runtime page reports the strict budget
+
+
+@pytest.fixture(scope="module")
+def smoke_book(tmp_path_factory):
+    root = make_project(tmp_path_factory.mktemp("smoke") / "project", fixture=False)
+    cmd = [sys.executable, "-m", "compendium.cli", "build"]
+    if _can_cut_network():
+        cmd = ["unshare", "-n", "sh", "-c", "ip link set lo up && exec " + " ".join(cmd)]
+    proc = subprocess.run(cmd, cwd=root, env=project_env(root), capture_output=True, text=True, timeout=3600)
+    return root, proc
+
+
+def test_smoke_book_builds(smoke_book):
+    root, proc = smoke_book
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    html = root / "results" / "smoke" / "book" / "_build" / "html"
+    for page in ("index.html", "dashboard.html", "runtime.html", "bibliography.html"):
+        assert (html / page).is_file(), page
+    for entry in REGISTRY.ready:
+        assert (html / "chapters" / f"{entry.slug}.html").is_file()
+
+
+def test_verdicts_match_expected(smoke_book):
+    root, _ = smoke_book
+    expected = yaml.safe_load(paths.EXPECTED_VERDICTS.read_text())["smoke"]
+    actual = {}
+    for entry in REGISTRY.ready:
+        claims = root / "results" / "smoke" / entry.slug / "claims.json"
+        data = json.loads(claims.read_text())
+        actual[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert actual == expected, "verdicts changed: update expected_verdicts.yaml deliberately or fix the regression"
+
+
+@pytest.mark.parametrize("entry", REGISTRY.ready, ids=lambda e: e.slug)
+def test_chapter_keeps_its_smoke_budget(smoke_book, entry):
+    root, _ = smoke_book
+    bench = read_benchmark(root / "results" / "smoke" / "benchmarks" / f"{entry.slug}.tsv")
+    budget = REGISTRY.scales["smoke"]["budget_s"]
+    assert bench is not None and bench["s"] <= BUDGET_SLACK * budget, f"{entry.slug}: {bench and bench['s']:.1f} s"
+
+
+def test_same_seed_gives_byte_identical_claims(smoke_book):
+    root, _ = smoke_book
+    slug = "continuized_hippo"
+    claims = root / "results" / "smoke" / slug / "claims.json"
+    before = claims.read_bytes()
+    compendium(root, "build", "--force", slug, check=True)
+    assert claims.read_bytes() == before
