@@ -59,3 +59,28 @@ def built_project(tmp_path_factory) -> Path:
     root = make_project(tmp_path_factory.mktemp("built") / "project")
     compendium(root, "build", check=True)
     return root
+
+
+def can_cut_network() -> bool:
+    """Whether ``unshare -n`` can make a network namespace here (root on Linux)."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def smoke_book(tmp_path_factory):
+    """The real compendium built at the smoke scale in a throw-away project, network cut if possible.
+
+    Returns ``(root, completed_process)``; shared by the smoke-book and browser tests.
+    """
+    reuse = os.environ.get("COMPENDIUM_TEST_SMOKE_PROJECT")  # iterate on book tests without rebuilding
+    if reuse:
+        return Path(reuse), subprocess.CompletedProcess([], 0, "", "")
+    root = make_project(tmp_path_factory.mktemp("smoke") / "project", fixture=False)
+    cmd = [sys.executable, "-m", "compendium.cli", "build"]
+    if can_cut_network():
+        cmd = ["unshare", "-n", "sh", "-c", "ip link set lo up && exec " + " ".join(cmd)]
+    proc = subprocess.run(cmd, cwd=root, env=project_env(root), capture_output=True, text=True, timeout=3600)
+    return root, proc

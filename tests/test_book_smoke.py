@@ -7,8 +7,6 @@ noisy CI machine), and a forced rerun gives a byte-identical claims.json.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -17,22 +15,11 @@ from compendium import paths
 from compendium.book import read_benchmark
 from compendium.registry import load_registry
 
-from conftest import compendium, make_project, project_env
-from test_workflow_e2e import _can_cut_network
+from conftest import compendium
 
 pytestmark = pytest.mark.e2e
 REGISTRY = load_registry()
 BUDGET_SLACK = 1.5  # CI machines are noisy; the runtime page reports the strict budget
-
-
-@pytest.fixture(scope="module")
-def smoke_book(tmp_path_factory):
-    root = make_project(tmp_path_factory.mktemp("smoke") / "project", fixture=False)
-    cmd = [sys.executable, "-m", "compendium.cli", "build"]
-    if _can_cut_network():
-        cmd = ["unshare", "-n", "sh", "-c", "ip link set lo up && exec " + " ".join(cmd)]
-    proc = subprocess.run(cmd, cwd=root, env=project_env(root), capture_output=True, text=True, timeout=3600)
-    return root, proc
 
 
 def test_smoke_book_builds(smoke_book):

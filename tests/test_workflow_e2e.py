@@ -7,7 +7,6 @@ builds, rebuilds, overrides, breaks and repairs a chapter.
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import compendium, make_project, project_env
+from conftest import can_cut_network, compendium, make_project, project_env
 
 pytestmark = pytest.mark.e2e
 
@@ -135,14 +134,7 @@ def test_interrupted_run_resumes(tmp_path):
     assert (root / "results" / "smoke" / "book" / "_build" / "html" / "index.html").is_file()
 
 
-def _can_cut_network() -> bool:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return False
-    probe = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True)
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not _can_cut_network(), reason="needs unshare -n and ip (root)")
+@pytest.mark.skipif(not can_cut_network(), reason="needs unshare -n and ip (root)")
 def test_build_works_with_the_network_cut(tmp_path):
     root = make_project(tmp_path / "project")
     script = f"ip link set lo up && exec {sys.executable} -m compendium.cli build"

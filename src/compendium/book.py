@@ -335,6 +335,31 @@ def stage_book(registry: Registry, scale: str, profile: str = "local") -> Path:
     return src
 
 
+def dedupe_inline_scripts(html_dir: Path) -> int:
+    """Remove repeated identical inline ``<script>`` lines from every page; return pages fixed.
+
+    Jupyter Book 1.0 emits the inline configuration scripts of sphinx-thebe and
+    sphinx-togglebutton twice per page; the second ``const THEBE_JS_URL`` is a JavaScript
+    SyntaxError in the reader's console (the browser tests catch it).
+    """
+    fixed = 0
+    for page in html_dir.rglob("*.html"):
+        if "_static" in page.parts:
+            continue
+        lines, seen, out = page.read_text(encoding="utf-8").splitlines(keepends=True), set(), []
+        for line in lines:
+            key = line.strip()
+            if key.startswith("<script>") and key.endswith("</script>"):
+                if key in seen:
+                    continue
+                seen.add(key)
+            out.append(line)
+        if len(out) != len(lines):
+            page.write_text("".join(out), encoding="utf-8")
+            fixed += 1
+    return fixed
+
+
 def build_book(registry: Registry, scale: str, profile: str = "local", log=None) -> Path:
     """Stage and build the HTML book; return the path of ``index.html``."""
     src = stage_book(registry, scale, profile)
@@ -354,4 +379,5 @@ def build_book(registry: Registry, scale: str, profile: str = "local", log=None)
         problems = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "WARNING" in ln or "ERROR" in ln]
         detail = "\n".join(problems[-15:]) or (proc.stdout + proc.stderr)[-3000:]
         raise BookBuildFailed(f"jupyter-book build failed (warnings are errors):\n{detail}")
+    dedupe_inline_scripts(index.parent)
     return index

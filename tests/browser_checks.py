@@ -1,0 +1,279 @@
+"""Checks of the built book as a reader sees it: a real headless Chromium on loopback.
+
+Each check returns a list of problems (empty when the page is fine), so the tests can also show
+that a check *fails* on a book broken on purpose.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import re
+import shutil
+import tempfile
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlparse
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+SCREENSHOTS = Path(__file__).resolve().parents[1] / ".ci" / "artifacts" / "screenshots"
+
+
+def browser_available() -> bool:
+    if not (CHROMIUM and CHROMEDRIVER):
+        return False
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+class BookServer:
+    """Serve a folder on 127.0.0.1 (an ephemeral port) in a background thread."""
+
+    def __init__(self, folder: Path):
+        handler = functools.partial(_QuietHandler, directory=str(folder))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def make_driver():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-quic",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1280,1600"):
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def load(driver, url: str, timeout: float = 20.0) -> None:
+    """Open ``url``, wait for the document and for MathJax (when the page uses it) to finish."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get_log("performance")  # drop entries of earlier pages
+    driver.get_log("browser")
+    driver.get(url)
+    wait = WebDriverWait(driver, timeout)
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+    driver.set_script_timeout(timeout)
+    try:
+        driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "if (!window.MathJax || !window.MathJax.startup || !window.MathJax.startup.promise)"
+            "{ done(true); return; }"
+            "window.MathJax.startup.promise.then(() => done(true), () => done(false));"
+        )
+    except Exception:  # noqa: BLE001 - a page whose MathJax never settles fails check_math
+        pass
+
+
+# ---------------------------------------------------------------------------------------- checks
+def check_console(driver) -> list[str]:
+    return [f"console: {e['message']}" for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+
+def check_requests_stay_local(driver, base: str) -> list[str]:
+    """Every request the page made went to the book's server (or was data:/blob:)."""
+    problems = []
+    host = urlparse(base).netloc
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") != "Network.requestWillBeSent":
+            continue
+        url = message["params"]["request"]["url"]
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https", "ws", "wss", "ftp"):  # data:, blob:, chrome:// internals
+            continue
+        if parsed.netloc != host:
+            problems.append(f"request leaves the book: {url}")
+    return problems
+
+
+def check_math(driver, expect_math: bool) -> list[str]:
+    if not expect_math:
+        return []
+    info = driver.execute_script(
+        "return {typeset: document.querySelectorAll('mjx-container').length,"
+        " scripts: Array.from(document.scripts).map(s => s.src).filter(s => /mathjax/i.test(s))};"
+    )
+    problems = []
+    if info["typeset"] == 0:
+        problems.append("math is not typeset (no mjx-container)")
+    problems += [f"MathJax not served by the book: {s}" for s in info["scripts"] if "127.0.0.1" not in s]
+    return problems
+
+
+def check_images(driver) -> list[str]:
+    broken = driver.execute_script(
+        "return Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);"
+    )
+    return [f"image does not load: {src}" for src in broken]
+
+
+def check_figures_described(driver) -> list[str]:
+    missing = driver.execute_script(
+        """return Array.from(document.querySelectorAll('main img')).filter(img => {
+               const fig = img.closest('figure');
+               const caption = fig && fig.querySelector('figcaption');
+               return !(img.alt && img.alt.trim()) && !(caption && caption.textContent.trim());
+           }).map(i => i.src);"""
+    )
+    return [f"figure without alt text or caption: {src}" for src in missing]
+
+
+def check_heading_order(driver) -> list[str]:
+    levels = driver.execute_script(
+        "return Array.from(document.querySelectorAll('main h1, main h2, main h3, main h4, main h5, main h6'))"
+        ".filter(h => h.getClientRects().length > 0).map(h => parseInt(h.tagName.substring(1)));"
+    )
+    problems = []
+    if not levels or levels[0] != 1:
+        problems.append(f"the page does not start with one h1: {levels[:3]}")
+    for prev, cur in zip(levels, levels[1:]):
+        if cur > prev + 1:
+            problems.append(f"heading level jumps from h{prev} to h{cur}")
+    if levels.count(1) > 1:
+        problems.append("more than one h1")
+    return problems
+
+
+def check_ledger(driver, claims: list[dict]) -> list[str]:
+    info = driver.execute_script(
+        "const t = document.querySelector('table.claims-ledger');"
+        "return t ? {rows: t.querySelectorAll('tbody tr').length, badges: t.querySelectorAll('.verdict').length,"
+        " text: Array.from(t.querySelectorAll('.verdict')).map(b => b.className)} : null;"
+    )
+    if info is None:
+        return ["no claims ledger table"]
+    problems = []
+    if info["rows"] != len(claims) or info["badges"] != len(claims):
+        problems.append(f"ledger shows {info['rows']} rows / {info['badges']} badges for {len(claims)} claims")
+    shown = [c.split("verdict-")[-1].replace("-", "_") for c in info["text"]]
+    if shown != [c["verdict"] for c in claims]:
+        problems.append(f"badges {shown} differ from claims.json")
+    return problems
+
+
+def check_download(driver, base: str, slug: str) -> list[str]:
+    """The page links its executed notebook, and the link serves a notebook with outputs."""
+    from urllib.request import urlopen
+
+    hrefs = driver.execute_script(
+        "return Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href') || '')"
+        ".filter(h => h.endsWith('.ipynb'));"
+    )
+    if not hrefs:
+        return ["no download link to the executed notebook"]
+    url = urljoin(driver.current_url, hrefs[0])
+    with urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback only
+        nb = json.loads(resp.read())
+    outputs = sum(len(c.get("outputs", [])) for c in nb["cells"] if c["cell_type"] == "code")
+    return [] if outputs else [f"downloaded notebook {url} has no outputs"]
+
+
+def check_solutions_hidden(driver) -> list[str]:
+    """Exercise solutions are folded until their toggle is clicked."""
+    from selenium.webdriver.common.by import By
+
+    solutions = driver.find_elements(By.CSS_SELECTOR, ".solution.dropdown, div.solution")
+    if not solutions:
+        return ["no exercise solutions on the page"]
+    problems = []
+    for sol in solutions:
+        body = [el for el in sol.find_elements(By.CSS_SELECTOR, ".admonition-title ~ *")
+                if (el.get_attribute("textContent") or "").strip()]
+        if not body:
+            problems.append("a solution has no content")
+            continue
+        if any(el.is_displayed() for el in body):
+            problems.append("a solution is visible before it is clicked")
+            continue
+        buttons = sol.find_elements(By.CSS_SELECTOR, "button.toggle-button") or sol.find_elements(
+            By.CSS_SELECTOR, ".admonition-title")
+        if not buttons:
+            problems.append("a solution has no toggle")
+            continue
+        driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click();", buttons[0])
+        driver.implicitly_wait(0)
+        import time
+
+        time.sleep(0.3)
+        if not any(el.is_displayed() for el in body):
+            problems.append("a solution stays hidden after its toggle is clicked")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------- links
+class _LinkParser(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self.ids = [], set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("name"):
+            self.ids.add(attrs["name"])
+        for key in ("href", "src"):
+            if attrs.get(key) and not (tag == "link" and attrs.get("rel") == "canonical"):
+                self.links.append(attrs[key])
+
+
+def check_internal_links(html_root: Path) -> list[str]:
+    """Every relative link and anchor in the book resolves."""
+    parsed: dict[Path, _LinkParser] = {}
+
+    def parse(page: Path) -> _LinkParser:
+        if page not in parsed:
+            p = _LinkParser()
+            p.feed(page.read_text(encoding="utf-8", errors="replace"))
+            parsed[page] = p
+        return parsed[page]
+
+    problems = []
+    for page in sorted(html_root.rglob("*.html")):
+        if "_static" in page.relative_to(html_root).parts:  # theme templates, not pages
+            continue
+        for link in parse(page).links:
+            url = urlparse(link)
+            if url.scheme or link.startswith(("//", "mailto:", "javascript:", "data:")):
+                continue
+            target = page if not url.path else (page.parent / unquote(url.path)).resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                problems.append(f"{page.relative_to(html_root)}: broken link {link}")
+                continue
+            if url.fragment and target.suffix == ".html" and url.fragment not in parse(target).ids:
+                problems.append(f"{page.relative_to(html_root)}: missing anchor {link}")
+    return problems
+
+
+def page_has_math(path: Path) -> bool:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return bool(re.search(r'class="math|\\\(|\\\[', text))
