@@ -1,0 +1,193 @@
+"""The chapter's experiments: dual identities, certificate, robustness, continuous actions.
+
+Each function takes its own ``numpy.random.Generator`` and returns plain arrays and numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .environments import TabularMDP, random_mdp
+from .operators import (
+    cvxpy_dynamics_dual,
+    cvxpy_kl_ball,
+    cvxpy_kl_ball_values,
+    cvxpy_policy_dual,
+    dr_backward,
+    gaussian_soft_policy,
+    gaussian_soft_value,
+    kl_ball_expectation,
+    kl_divergence,
+    kl_robust_expectation,
+    quadrature_soft_value,
+    soft_policy,
+    soft_value,
+    tabular_continuation,
+    tv_worst_expectation,
+    worst_case_kernel,
+)
+
+
+def dual_identity_errors(num_instances: int, rng: np.random.Generator) -> dict:
+    """cvxpy on the simplex against the closed forms, on random instances.
+
+    Returns arrays (num_instances,): ``dynamics_value``, ``dynamics_minimiser`` (max-abs),
+    ``policy_value``, ``policy_minimiser``, ``duality`` (|regularised - constrained - beta rho|) and
+    ``kl_ball_dual`` (the 1-D dual solver against cvxpy on the same KL ball).
+    """
+    keys = ("dynamics_value", "dynamics_minimiser", "policy_value", "policy_minimiser", "duality", "kl_ball_dual")
+    out = {k: np.empty(num_instances) for k in keys}
+    radii = np.empty(num_instances)
+    for i in range(num_instances):
+        n = int(rng.integers(3, 9))
+        p = rng.dirichlet(np.ones(n))
+        v = rng.uniform(0.0, 5.0, n)
+        beta = float(np.exp(rng.uniform(np.log(0.2), np.log(5.0))))
+        closed = float(kl_robust_expectation(p, v, beta))
+        q_star = worst_case_kernel(p, v, beta)
+        value, q = cvxpy_dynamics_dual(p, v, beta)
+        out["dynamics_value"][i] = abs(value - closed)
+        out["dynamics_minimiser"][i] = np.abs(q - q_star).max()
+        # constrained twin: the KL ball whose radius is the KL of the regularised minimiser
+        rho = float(kl_divergence(q_star, p))
+        constrained, _ = cvxpy_kl_ball(p, v, rho)
+        out["duality"][i] = abs(closed - constrained - beta * rho)
+        out["kl_ball_dual"][i] = abs(float(kl_ball_expectation(p, v, rho)) - constrained)
+        radii[i] = rho
+        m = int(rng.integers(2, 7))
+        ref = rng.dirichlet(np.ones(m))
+        Q = rng.uniform(0.0, 5.0, m)
+        lam = float(np.exp(rng.uniform(np.log(0.05), np.log(2.0))))
+        value, pi = cvxpy_policy_dual(ref, Q, lam)
+        out["policy_value"][i] = abs(value - float(soft_value(Q, ref, lam)))
+        out["policy_minimiser"][i] = np.abs(pi - soft_policy(Q, ref, lam)).max()
+    out["radii"] = radii
+    return out
+
+
+def _random_kernels(nominal: np.ndarray, horizon: int, count: int, rng: np.random.Generator) -> list:
+    """``count`` time-varying kernels ``(H, S, A, S)`` of three kinds, in turn: fresh Dirichlet rows,
+    mixtures with the nominal kernel, exponential tilts of the nominal kernel."""
+    S, A = nominal.shape[0], nominal.shape[1]
+    kernels = []
+    for j in range(count):
+        kind = j % 3
+        if kind == 0:
+            P = rng.dirichlet(np.ones(S), size=(horizon, S, A))
+        elif kind == 1:
+            weight = rng.uniform(0.0, 1.0, size=(horizon, S, A, 1))
+            P = (1 - weight) * nominal + weight * rng.dirichlet(np.full(S, 0.5), size=(horizon, S, A))
+        else:
+            tilt = np.exp(rng.uniform(0.0, 3.0) * rng.standard_normal((horizon, S, A, S)))
+            P = nominal * tilt
+        P = np.maximum(P, 1e-300)
+        kernels.append(P / P.sum(-1, keepdims=True))
+    return kernels
+
+
+def certificate(mdp: TabularMDP, beta: float, temperature: float, num_kernels: int, rng: np.random.Generator) -> dict:
+    r"""Monte Carlo test of :math:`V^\pi(P) + \beta E_{P,\pi}\sum_h KL(P_h\|P^0) \ge V^\pi_{reg}`.
+
+    ``mdp`` holds one nominal MDP (batch of 1). Two policies are certified: the doubly regularised
+    optimum and the reference (uniform) policy. Returns the slacks (2, num_kernels), the same slacks
+    with the penalty weight ``beta / 4`` (negative control), and the slack at the worst-case kernel.
+    """
+    P0, r, H = mdp.kernel[0], mdp.reward[0], mdp.horizon
+    S, A = r.shape
+    pi_ref = np.full((S, A), 1.0 / A)
+    optimal, _ = dr_backward(tabular_continuation(P0, beta), r, H, pi_ref, temperature)
+    policies = [optimal, np.broadcast_to(pi_ref, (H, S, A))]
+    kernels = _random_kernels(P0, H, num_kernels, rng)
+    slack = np.empty((2, num_kernels))
+    control = np.empty((2, num_kernels))
+    tight = np.empty(2)
+    for i, pi in enumerate(policies):
+        _, reg = dr_backward(tabular_continuation(P0, beta), r, H, pi_ref, temperature, policies=pi)
+        v_reg = reg[0][0]
+        for j, P in enumerate(kernels):
+            kl = kl_divergence(P, P0[None])  # (H, S, A)
+            for weight, store in ((beta, slack), (beta / 4, control)):
+                rewards = [r + weight * kl[h] for h in range(H)]
+                _, v = dr_backward(tabular_continuation(list(P), np.inf), rewards, H, pi_ref, temperature, policies=pi)
+                store[i, j] = v[0][0] - v_reg
+        worst = [worst_case_kernel(P0, reg[h + 1][None, None, :], beta) for h in range(H)]
+        rewards = [r + beta * kl_divergence(worst[h], P0) for h in range(H)]
+        _, v = dr_backward(tabular_continuation(worst, np.inf), rewards, H, pi_ref, temperature, policies=pi)
+        tight[i] = v[0][0] - v_reg
+    return dict(slack=slack, control=control, tight=tight)
+
+
+def worst_case_returns(mdp: TabularMDP, policies: np.ndarray, radii, temperature: float) -> np.ndarray:
+    """Soft return from state 0 under the worst kernel in the total-variation ball of each radius.
+
+    ``policies (H, R, S, A)``; returns (len(radii), R). The adversary is (s, a)-rectangular and
+    adapts to the policy by dynamic programming.
+    """
+    pi_ref = np.full(mdp.kernel.shape[:-1], 1.0 / mdp.num_actions)
+    out = []
+    for eps in radii:
+        cont = lambda V, h, eps=eps: tv_worst_expectation(mdp.kernel, V[..., None, None, :], eps)  # noqa: E731
+        _, v = dr_backward(cont, mdp.reward, mdp.horizon, pi_ref, temperature, policies=policies)
+        out.append(v[0][:, 0])
+    return np.array(out)
+
+
+def planned_policy(mdp: TabularMDP, temperature: float, beta=None, kl_radius=None) -> np.ndarray:
+    """Soft-optimal policy on the nominal kernel: doubly regularised (``beta``), non-robust
+    (``beta=np.inf``) or KL-ball constrained (``kl_radius``, 1-D dual solver). Shape (H, R, S, A)."""
+    pi_ref = np.full(mdp.kernel.shape[:-1], 1.0 / mdp.num_actions)
+    if kl_radius is not None:
+        cont = lambda V, h: kl_ball_expectation(mdp.kernel, V[..., None, None, :], kl_radius)  # noqa: E731
+    else:
+        cont = tabular_continuation(mdp.kernel, beta)
+    return dr_backward(cont, mdp.reward, mdp.horizon, pi_ref, temperature)[0]
+
+
+def robustness(num_seeds: int, num_states: int, num_actions: int, horizon: int, beta: float, temperature: float,
+               radii, kl_radius: float, betas, rng: np.random.Generator) -> dict:
+    """Worst-case soft returns of the doubly regularised, non-robust and KL-ball policies.
+
+    Returns ``returns`` {method: (len(radii), num_seeds)}, ``sweep`` (len(betas), len(radii),
+    num_seeds) for the beta sweep, and ``cvxpy_agreement``: the largest gap between the 1-D dual
+    and cvxpy on every KL-ball step of the first instance's constrained value iteration.
+    """
+    mdp = random_mdp(num_seeds, num_states, num_actions, horizon, rng)
+    policies = {
+        "doubly regularised": planned_policy(mdp, temperature, beta=beta),
+        "non-robust soft": planned_policy(mdp, temperature, beta=np.inf),
+        "KL-ball robust": planned_policy(mdp, temperature, kl_radius=kl_radius),
+    }
+    returns = {name: worst_case_returns(mdp, pi, radii, temperature) for name, pi in policies.items()}
+    sweep = np.array([worst_case_returns(mdp, planned_policy(mdp, temperature, beta=b), radii, temperature)
+                      for b in betas])
+    # cvxpy reference for the constrained baseline on the first instance
+    pi_ref = np.full((num_states, num_actions), 1.0 / num_actions)
+    P0, r0 = mdp.kernel[0], mdp.reward[0]
+    gaps = []
+
+    def cvxpy_step(V, h):
+        reference = cvxpy_kl_ball_values(P0, V[None, None, :], kl_radius)
+        gaps.append(np.abs(reference - kl_ball_expectation(P0, V[None, None, :], kl_radius)).max())
+        return reference
+
+    dr_backward(cvxpy_step, r0, horizon, pi_ref, temperature)
+    return dict(returns=returns, sweep=sweep, cvxpy_agreement=float(max(gaps)))
+
+
+def continuous_action_errors(num_instances: int, rng: np.random.Generator) -> dict:
+    """Gaussian reference policy, quadratic Q: closed form against adaptive quadrature.
+
+    Returns arrays (num_instances,) ``value`` and ``policy_mean`` (absolute errors).
+    """
+    value_err, mean_err = np.empty(num_instances), np.empty(num_instances)
+    for i in range(num_instances):
+        ref_mean, peak = rng.uniform(-2.0, 2.0, 2)
+        ref_std = float(np.exp(rng.uniform(np.log(0.2), np.log(3.0))))
+        curvature = float(np.exp(rng.uniform(np.log(0.05), np.log(5.0))))
+        top = float(rng.uniform(-1.0, 1.0))
+        lam = float(np.exp(rng.uniform(np.log(0.05), np.log(2.0))))
+        closed = gaussian_soft_value(ref_mean, ref_std, curvature, peak, top, lam)
+        quad_value, quad_mean = quadrature_soft_value(ref_mean, ref_std, curvature, peak, top, lam)
+        value_err[i] = abs(closed - quad_value)
+        mean_err[i] = abs(gaussian_soft_policy(ref_mean, ref_std, curvature, peak, lam)[0] - quad_mean)
+    return dict(value=value_err, policy_mean=mean_err)

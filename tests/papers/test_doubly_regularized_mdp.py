@@ -1,0 +1,229 @@
+"""Tests for compendium.papers.doubly_regularized_mdp: shapes, properties, references, tiny run."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.optimize
+import sympy
+
+from compendium.papers import doubly_regularized_mdp as paper
+from compendium.runtime import make_rng
+
+TINY = dict(num_episodes=64, num_seeds=2, robust_seeds=3, num_kernels=12, num_instances=5, lock_length=4,
+            linear_states=6, linear_actions=2, linear_features=2, num_states=3, num_actions=2, horizon=3)
+
+
+# ---------------------------------------------------------------- shapes
+def test_shapes():
+    rng = make_rng(0)
+    mdp = paper.random_mdp(4, 5, 3, 6, rng)
+    assert mdp.kernel.shape == (4, 5, 3, 5) and mdp.reward.shape == (4, 5, 3)
+    pi_ref = np.full((4, 5, 3), 1 / 3)
+    pis, values = paper.dr_backward(paper.tabular_continuation(mdp.kernel, 0.7), mdp.reward, 6, pi_ref, 0.2)
+    assert pis.shape == (6, 4, 5, 3) and values.shape == (7, 4, 5)
+    np.testing.assert_allclose(pis.sum(-1), 1.0)
+    assert paper.kl_robust_expectation(mdp.kernel, np.ones(5), 1.0).shape == (4, 5, 3)
+    assert paper.tv_worst_expectation(mdp.kernel, np.arange(5.0), 0.2).shape == (4, 5, 3)
+    lock = paper.combination_lock(3, 7, rng)
+    assert lock.kernel.shape == (3, 8, 2, 8) and lock.horizon == 7
+    lin = paper.linear_mdp(2, 9, 4, 3, 5, rng)
+    assert lin.features.shape == (2, 9, 4, 3) and lin.factors.shape == (2, 3, 9)
+    np.testing.assert_allclose(lin.kernel.sum(-1), 1.0)
+    regret = paper.tabular_regret(lock, 5, 0.05, 1.0, 1.0, 0.05, rng)
+    assert regret.shape == (3, 5)
+
+
+# ---------------------------------------------------------------- properties
+def test_kl_robust_expectation_limits_and_overflow():
+    rng = make_rng(1)
+    p = rng.dirichlet(np.ones(6), size=4)
+    v = rng.uniform(0, 3, size=(4, 6))
+    np.testing.assert_allclose(paper.kl_robust_expectation(p, v, 1e6), (p * v).sum(-1), atol=1e-5)
+    np.testing.assert_allclose(paper.kl_robust_expectation(p, v, np.inf), (p * v).sum(-1))
+    np.testing.assert_allclose(paper.kl_robust_expectation(p, v, 1e-4), v.min(-1), atol=2e-3)
+    # values that would overflow exp(-V/beta) without the shift, and a support that misses the minimum
+    big = paper.kl_robust_expectation(np.array([0.0, 0.5, 0.5]), np.array([-1e3, 5e3, 6e3]), 1.0)
+    assert np.isfinite(big) and 5e3 - 1e-6 <= big <= 5e3 + np.log(2) + 1e-6
+    # robust value never exceeds the nominal one and decreases as beta shrinks
+    vals = [paper.kl_robust_expectation(p, v, b) for b in (10.0, 1.0, 0.1)]
+    assert np.all(vals[0] <= (p * v).sum(-1) + 1e-12) and np.all(vals[1] <= vals[0]) and np.all(vals[2] <= vals[1])
+    # per-row beta array, with inf mixed in
+    mixed = paper.kl_robust_expectation(p, v, np.array([np.inf, 1.0, 1.0, np.inf]))
+    np.testing.assert_allclose(mixed[[1, 2]], paper.kl_robust_expectation(p[[1, 2]], v[[1, 2]], 1.0))
+    np.testing.assert_allclose(mixed[[0, 3]], (p * v).sum(-1)[[0, 3]])
+    with pytest.raises(ValueError):
+        paper.kl_robust_expectation(p, v, -1.0)
+
+
+def test_soft_value_limits_and_policy():
+    rng = make_rng(2)
+    Q = rng.uniform(0, 2, size=(5, 4))
+    ref = rng.dirichlet(np.ones(4), size=5)
+    np.testing.assert_allclose(paper.soft_value(Q, ref, 1e-5), Q.max(-1), atol=1e-3)
+    np.testing.assert_allclose(paper.soft_value(Q, ref, 1e6), (ref * Q).sum(-1), atol=1e-5)
+    pi = paper.soft_policy(Q, ref, 0.3)
+    # the soft policy attains the soft value: <pi, Q> - lambda KL(pi || ref)
+    np.testing.assert_allclose(paper.regularised_action_value(pi, Q, ref, 0.3), paper.soft_value(Q, ref, 0.3))
+    with pytest.raises(ValueError):
+        paper.soft_value(Q, ref, 0.0)
+
+
+def test_evaluating_the_optimal_policy_reproduces_its_value():
+    mdp = paper.random_mdp(3, 4, 3, 5, make_rng(3))
+    pi_ref = np.full((3, 4, 3), 1 / 3)
+    cont = paper.tabular_continuation(mdp.kernel, 0.8)
+    pis, v_opt = paper.dr_backward(cont, mdp.reward, 5, pi_ref, 0.1)
+    _, v_eval = paper.dr_backward(cont, mdp.reward, 5, pi_ref, 0.1, policies=pis)
+    np.testing.assert_allclose(v_eval, v_opt, atol=1e-12)
+    other = make_rng(4).dirichlet(np.ones(3), size=(5, 3, 4))
+    _, v_other = paper.dr_backward(cont, mdp.reward, 5, pi_ref, 0.1, policies=other)
+    assert np.all(v_other[0] <= v_opt[0] + 1e-12)
+
+
+def test_duality_and_certificate():
+    rng = make_rng(5)
+    for _ in range(5):
+        p, v, beta = rng.dirichlet(np.ones(5)), rng.uniform(0, 4, 5), rng.uniform(0.3, 3)
+        q = paper.worst_case_kernel(p, v, beta)
+        rho = paper.kl_divergence(q, p)
+        reg = paper.kl_robust_expectation(p, v, beta)
+        np.testing.assert_allclose(reg - beta * rho, q @ v, atol=1e-12)
+        np.testing.assert_allclose(paper.kl_ball_expectation(p, v, rho), q @ v, atol=1e-9)
+    mdp = paper.random_mdp(1, 4, 2, 4, rng)
+    out = paper.certificate(mdp, 1.0, 0.1, 12, rng)
+    assert out["slack"].min() >= -1e-10
+    assert np.abs(out["tight"]).max() <= 1e-10
+
+
+def test_symbolic_residuals():
+    assert paper.symbolic.gibbs_residual(2) == 0
+    assert paper.symbolic.policy_gibbs_residual(2) == 0
+    assert paper.symbolic.two_point_stationarity()[0] == 0
+    assert paper.symbolic.regret_rate_exponent() == sympy.Rational(1, 2)
+    assert paper.symbolic.beta_factor_limits() == (0, sympy.oo)
+    assert paper.symbolic.beta_factor_value(np.inf, 5) == 5.0
+    assert abs(paper.symbolic.beta_factor_value(1.0, 5) - (np.e**5 - 1)) < 1e-9
+    # the residual has teeth: a wrong closed form (beta log Z with the wrong sign) does not vanish
+    beta, v, p = sympy.symbols("beta v p", positive=True)
+    assert sympy.simplify(v + beta * sympy.log(sympy.exp(-v / beta))) == 0
+    assert sympy.simplify(v - beta * sympy.log(sympy.exp(-v / beta))) != 0
+
+
+# ---------------------------------------------------------------- references
+def test_closed_forms_against_brute_force_two_points():
+    rng = make_rng(6)
+    for _ in range(5):
+        p, v1, v2, beta = rng.uniform(0.1, 0.9), *rng.uniform(0, 3, 2), rng.uniform(0.2, 2)
+
+        def f(t):
+            return t * v1 + (1 - t) * v2 + beta * (t * np.log(t / p) + (1 - t) * np.log((1 - t) / (1 - p)))
+
+        res = scipy.optimize.minimize_scalar(f, bounds=(1e-12, 1 - 1e-12), method="bounded",
+                                             options=dict(xatol=1e-12))
+        closed = paper.kl_robust_expectation(np.array([p, 1 - p]), np.array([v1, v2]), beta)
+        assert abs(res.fun - closed) < 1e-9
+        assert abs(res.x - paper.worst_case_kernel(np.array([p, 1 - p]), np.array([v1, v2]), beta)[0]) < 1e-5
+
+
+def test_cvxpy_references():
+    rng = make_rng(7)
+    p, v = rng.dirichlet(np.ones(5)), rng.uniform(0, 3, 5)
+    value, q = paper.cvxpy_dynamics_dual(p, v, 0.6)
+    assert abs(value - paper.kl_robust_expectation(p, v, 0.6)) < 1e-8
+    ref, Q = rng.dirichlet(np.ones(4)), rng.uniform(0, 3, 4)
+    value, pi = paper.cvxpy_policy_dual(ref, Q, 0.4)
+    assert abs(value - paper.soft_value(Q, ref, 0.4)) < 1e-8
+    for rho in (0.01, 0.3, 2.0):
+        assert abs(paper.cvxpy_kl_ball(p, v, rho)[0] - paper.kl_ball_expectation(p, v, rho)) < 1e-7
+
+
+def test_tv_worst_case_against_linear_program():
+    rng = make_rng(8)
+    for _ in range(5):
+        n = 6
+        p, v, eps = rng.dirichlet(np.full(n, 0.7)), rng.uniform(0, 5, n), rng.uniform(0, 0.6)
+        # variables q, t with |q - p| <= t, sum t <= 2 eps, q on the simplex
+        c = np.r_[v, np.zeros(n)]
+        A_ub = np.block([[np.eye(n), -np.eye(n)], [-np.eye(n), -np.eye(n)], [np.zeros((1, n)), np.ones((1, n))]])
+        b_ub = np.r_[p, -p, 2 * eps]
+        A_eq = np.r_[np.ones(n), np.zeros(n)][None]
+        lp = scipy.optimize.linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=[1.0], bounds=[(0, None)] * (2 * n))
+        assert abs(lp.fun - paper.tv_worst_expectation(p, v, eps)) < 1e-8
+
+
+def test_rectangular_operator_with_one_hot_features_is_tabular():
+    rng = make_rng(9)
+    S, A, d = 5, 3, 4
+    factors = rng.dirichlet(np.ones(S), size=d)
+    assign = rng.integers(d, size=(S, A))
+    features = np.eye(d)[assign]
+    V = rng.uniform(0, 2, S)
+    rect = paper.rectangular_continuation(features, factors, 0.7)(V, 0)
+    tab = paper.tabular_continuation(factors[assign], 0.7)(V, 0)
+    np.testing.assert_allclose(rect, tab, atol=1e-12)
+
+
+def test_lock_is_opened_by_chance_with_probability_two_to_minus_length():
+    lock = paper.combination_lock(2, 6, make_rng(10))
+    np.testing.assert_allclose(lock.kernel.sum(-1), 1.0)
+    pi_ref = np.full(lock.kernel.shape[:-1], 0.5)
+    uniform = np.broadcast_to(pi_ref, (6,) + pi_ref.shape)
+    _, v = paper.dr_backward(paper.tabular_continuation(lock.kernel, np.inf), lock.reward, 6, pi_ref, 0.1,
+                             policies=uniform)
+    np.testing.assert_allclose(v[0][:, 0], 2.0**-6)
+
+
+def test_gaussian_closed_form_against_quadrature():
+    for args in ((0.3, 0.8, 1.5, -0.4, 0.2, 0.3), (-1.0, 2.0, 0.1, 1.0, 0.0, 1.0)):
+        value, mean = paper.quadrature_soft_value(*args)
+        assert abs(value - paper.gaussian_soft_value(*args)) < 1e-8
+        ref_mean, ref_std, k, peak, _, lam = args
+        assert abs(mean - paper.gaussian_soft_policy(ref_mean, ref_std, k, peak, lam)[0]) < 1e-7
+    assert paper.gaussian_soft_value(0.0, 1.0, 0.0, 3.0, 0.7, 0.5) == pytest.approx(0.7)
+
+
+def test_learners_have_nonnegative_pseudo_regret():
+    rng = make_rng(11)
+    mdp = paper.random_mdp(2, 3, 2, 3, rng)
+    regret = paper.tabular_regret(mdp, 30, np.array([0.05, 0.0]), np.array([1.0, np.inf]), 1.0, 0.1, rng)
+    assert regret.shape == (2, 30) and regret.min() >= -1e-12
+    lin = paper.linear_mdp(2, 5, 2, 2, 3, rng)
+    regret = paper.linear_regret(lin, 30, 0.05, 1.0, 0.1, rng)
+    assert regret.shape == (2, 30) and regret.min() >= -1e-12
+
+
+def test_config_rejects_bad_values():
+    for bad in (dict(beta=0.0), dict(temperature=-1.0), dict(num_seeds=1), dict(perturbation=1.5),
+                dict(num_episodes=10), dict(horizon=2.5), dict(bonus_scale=-0.1), dict(seed=-1)):
+        with pytest.raises(ValueError):
+            paper.Config(**bad)
+
+
+# ---------------------------------------------------------------- tiny run
+def _flatten(obj, prefix=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _flatten(v, f"{prefix}/{k}")
+    elif isinstance(obj, (tuple, list)) and obj and not isinstance(obj[0], (int, float)):
+        for i, v in enumerate(obj):
+            yield from _flatten(v, f"{prefix}/{i}")
+    else:
+        yield prefix, obj
+
+
+def test_tiny_run_is_deterministic():
+    config = paper.Config(**TINY)
+    a, b = paper.run(config), paper.run(config)
+    for field in dataclasses.fields(a):
+        left, right = dict(_flatten(getattr(a, field.name))), dict(_flatten(getattr(b, field.name)))
+        assert left.keys() == right.keys()
+        for key in left:
+            x, y = left[key], right[key]
+            if isinstance(x, np.ndarray) or isinstance(x, float):
+                np.testing.assert_array_equal(x, y, err_msg=f"{field.name}{key}")
+            else:
+                assert x == y, f"{field.name}{key}"
+    assert set(a.regret) == {"random", "lock", "linear"}
+    assert a.regret["lock"]["optimistic"].shape == (2, 64)
+    assert a.checkpoints == (4, 8, 16, 32, 64)
