@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,10 +38,17 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = make_project(Path(tmp) / "project", fixture=False)
+        # a private copy of src/ so the module can be edited without touching the repository
+        (root / "src").unlink()
+        shutil.copytree(paths.ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
         figures = {"smoke build (cold)": timed(root, "build"), "no-op rebuild": timed(root, "build")}
-        module = paths.module_path(args.chapter)
-        os.utime(module)
-        figures[f"rebuild after touching {module.name}"] = timed(root, "build")
+        rel = paths.module_path(args.chapter).relative_to(paths.ROOT)
+        module = root / rel
+        if not module.is_file():
+            module = root / rel.with_suffix("") / "__init__.py"
+        # Snakemake compares checksums of small inputs, so a bare touch is not a change: edit it
+        module.write_text(module.read_text() + "\n# benchmark edit\n")
+        figures[f"rebuild after editing {args.chapter}'s module"] = timed(root, "build")
     print("| measurement | seconds |\n|---|---|")
     for name, seconds in figures.items():
         print(f"| {name} | {seconds:.1f} |")

@@ -62,7 +62,9 @@ def _run_config(args, plan: Plan, partial: bool) -> Path:
     device = args.device if args.device != "auto" else ("cuda" if args.profile == "gpu" else "auto")
     config = {"scale": plan.scale, "overrides": overrides, "device": device, "profile": args.profile,
               "partial": partial}
-    fd, name = tempfile.mkstemp(prefix="compendium-run-", suffix=".yaml")
+    # inside the project, not /tmp: cluster jobs (--profile slurm) read it on other nodes
+    (paths.ROOT / ".snakemake").mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="compendium-run-", suffix=".yaml", dir=paths.ROOT / ".snakemake")
     with open(fd, "w", encoding="utf-8") as fh:
         yaml.safe_dump(config, fh, sort_keys=True)
     return Path(name)

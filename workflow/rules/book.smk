@@ -3,6 +3,7 @@
 
 
 rule claims_table:
+    localrule: True
     input:
         unpack(book_chapter_files),
         registry=PLAN.registry.path,
@@ -13,6 +14,7 @@ rule claims_table:
 
 
 rule book:
+    localrule: True
     input:
         unpack(book_chapter_files),
         csv="results/{scale}/claims.csv",
