@@ -1,0 +1,259 @@
+"""The chapter's experiments: losslessness, the coupling identity, speed on Markov chains and
+on the digits transformer. :func:`run` returns data and metrics and never plots."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.stats
+
+from ...runtime import make_rng
+from .decoding import (NoiseTable, categorical, decode, gumbel_agreement, gumbel_coupling, maximal_coupling,
+                       total_variation)
+from .markov import holm, homogeneity_test, pooled_chisquare, random_ngram, sequence_index, sequence_probabilities
+
+# lossless check: an order-2 chain over 3 tokens, 5 tokens long (243 sequences), window 3
+LOSSLESS_VOCAB, LOSSLESS_ORDER, LOSSLESS_LENGTH, LOSSLESS_WINDOW, LOSSLESS_ALPHA = 3, 2, 5, 3, 1.0
+LOSSLESS_SAMPLERS = ("ar", "sjd", "scd_maximal", "scd_gumbel", "scd_stale")
+# coupling identity: (Dirichlet alpha, mixing weight lam) with q = (1 - lam) p + lam r, V = 8
+COUPLING_VOCAB = 8
+COUPLING_PAIRS = ((0.5, 0.1), (0.5, 0.3), (0.5, 0.6), (0.5, 1.0), (2.0, 1.0), (0.2, 1.0))
+# speed on first-order Markov chains: (vocabulary, Dirichlet alpha)
+MARKOV_SETTINGS = ((16, 1.0), (16, 0.1), (64, 0.3))
+SPEED_METHODS = ("sjd", "scd_maximal", "scd_gumbel")
+# digits transformer: prompt = class token + the first pixel row
+PROMPT_PIXELS = 8
+LM_METHODS = ("ar", "sjd", "scd_maximal", "scd_gumbel")
+
+_RANGES = {
+    "lossless_samples": (1000, 1_000_000), "lossless_seeds": (1, 20), "coupling_draws": (1000, 10_000_000),
+    "markov_sequences": (10, 10_000), "markov_seeds": (2, 50), "markov_length": (8, 512), "window": (1, 64),
+    "prompts": (10, 297), "samples_per_prompt": (1, 50), "timing_prompts": (1, 297),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Parameters of one run (names match the notebook's parameters cell and the registry).
+
+    Parameters
+    ----------
+    lossless_samples, lossless_seeds : int
+        Sequences per sampler and seed, and seeds, for the full-sequence chi-square tests.
+    coupling_draws : int
+        Draws per (p, q) pair for the coupling identity.
+    markov_sequences, markov_seeds, markov_length : int
+        Sequences per seed, seeds (a fresh chain each) and sequence length for the speed check.
+    window : int
+        Jacobi window ``L`` for the Markov speed check and the transformer.
+    prompts, samples_per_prompt, timing_prompts : int
+        Held-out digit prompts, completions per prompt, prompts timed one at a time.
+    seed : int
+    """
+
+    lossless_samples: int = 40000
+    lossless_seeds: int = 3
+    coupling_draws: int = 100000
+    markov_sequences: int = 200
+    markov_seeds: int = 5
+    markov_length: int = 64
+    window: int = 16
+    prompts: int = 200
+    samples_per_prompt: int = 1
+    timing_prompts: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi) in _RANGES.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+                raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
+        if self.window > self.markov_length:
+            raise ValueError(f"window ({self.window}) must not exceed markov_length ({self.markov_length})")
+
+
+@dataclass(frozen=True)
+class LMResult:
+    """Transformer results (see :func:`run_transformer`)."""
+
+    tokens_per_forward: np.ndarray  # (prompts, methods): mean over completions of T / NFE
+    paired_p: float  # one-sided paired t-test, SCD-maximal > SJD
+    marginal_p: dict  # method -> Holm-adjusted p per generated position vs AR, (T,)
+    acceptance: dict  # method -> mean tokens committed at Jacobi iteration i, (iterations,)
+    samples: dict  # method -> generated pixels (prompts * samples_per_prompt, T)
+    prompts: np.ndarray  # (prompts, 65) the held-out digits the prompts come from
+    gumbel_replay_mismatches: int  # differing tokens + NFEs when SCD-Gumbel is rerun on its noise table
+    model_metrics: dict
+    timing: dict = field(compare=False, default_factory=dict)  # wall clock: prose only
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`run` returns: data and metrics, never plots."""
+
+    lossless: dict  # sampler -> {'statistic', 'dof', 'p_value', 'p_per_seed'}
+    lossless_exact: np.ndarray  # (243,) exact sequence probabilities
+    lossless_frequencies: dict  # sampler -> (243,) pooled empirical frequencies
+    lossless_gumbel_replay_mismatches: int
+    coupling: dict  # arrays over pairs: tv, same_maximal, same_gumbel, z; marginal test
+    markov_tokens_per_forward: np.ndarray  # (settings, seeds, methods) per-seed mean T / NFE
+    markov_ratio: np.ndarray  # (settings,) mean SCD-maximal / mean SJD
+    markov_welch_p: np.ndarray  # (settings,) one-sided Welch test over seeds
+    markov_acceptance: dict  # method -> mean tokens committed per iteration (first setting, seed 0)
+    lm: LMResult | None = None
+
+
+def run_lossless(config: Config) -> dict:
+    """Full-sequence histograms of every sampler against the exact probabilities."""
+    V, T = LOSSLESS_VOCAB, LOSSLESS_LENGTH
+    model = random_ngram(V, LOSSLESS_ORDER, LOSSLESS_ALPHA, make_rng(config.seed, 1, 0))
+    exact = sequence_probabilities(model, V, T)
+    stats, freqs, replay = {}, {}, 0
+    for m, method in enumerate(LOSSLESS_SAMPLERS):
+        pooled, p_seeds = np.zeros(exact.size), []
+        for s in range(config.lossless_seeds):
+            rng = make_rng(config.seed, 1, 1 + m, s)
+            noise = NoiseTable.draw(config.lossless_samples, T, V, rng) if method == "scd_gumbel" else None
+            out = decode(model, method, T, V, LOSSLESS_WINDOW, rng, batch=config.lossless_samples, noise=noise)
+            counts = np.bincount(sequence_index(out.tokens, V), minlength=exact.size)
+            p_seeds.append(pooled_chisquare(counts, exact)[2])
+            pooled += counts
+            if method == "scd_gumbel" and s == 0:  # same noise table, another rng: same output?
+                again = decode(model, method, T, V, LOSSLESS_WINDOW, make_rng(config.seed, 1, 99), noise=noise,
+                               batch=config.lossless_samples)
+                replay = int((again.tokens != out.tokens).sum() + (again.nfe != out.nfe).sum())
+        stat, dof, p = pooled_chisquare(pooled, exact)
+        stats[method] = {"statistic": stat, "dof": dof, "p_value": p, "p_per_seed": tuple(p_seeds)}
+        freqs[method] = pooled / pooled.sum()
+    return {"lossless": stats, "lossless_exact": exact, "lossless_frequencies": freqs,
+            "lossless_gumbel_replay_mismatches": replay}
+
+
+def run_coupling(config: Config) -> dict:
+    """Empirical P(d' = d) of the maximal and Gumbel couplings, and the marginal of d'."""
+    rng = make_rng(config.seed, 2)
+    N, V = config.coupling_draws, COUPLING_VOCAB
+    tv, same_max, same_gum, gum_exact, z = [], [], [], [], []
+    stat_total, dof_total = 0.0, 0
+    for alpha, lam in COUPLING_PAIRS:
+        p = rng.dirichlet(np.full(V, alpha))
+        q = (1 - lam) * p + lam * rng.dirichlet(np.full(V, alpha))
+        d = categorical(np.broadcast_to(q, (N, V)), rng)
+        d2 = maximal_coupling(d, np.broadcast_to(q, (N, V)), np.broadcast_to(p, (N, V)), rng)
+        g1, g2 = gumbel_coupling(q, p, rng.gumbel(size=(N, V)))
+        t = float(total_variation(p, q))
+        s = float(np.mean(d2 == d))
+        tv.append(t)
+        same_max.append(s)
+        same_gum.append(float(np.mean(g1 == g2)))
+        gum_exact.append(gumbel_agreement(p, q))
+        sigma = np.sqrt((1 - t) * t / N) if 0 < t < 1 else 1.0 / N
+        z.append((s - (1 - t)) / sigma)
+        stat, dof, _ = pooled_chisquare(np.bincount(d2, minlength=V), p)
+        stat_total += stat
+        dof_total += dof
+    return {"tv": np.array(tv), "same_maximal": np.array(same_max), "same_gumbel": np.array(same_gum),
+            "gumbel_exact": np.array(gum_exact), "z": np.array(z), "marginal_statistic": stat_total,
+            "marginal_dof": dof_total, "marginal_p": float(scipy.stats.chi2.sf(stat_total, dof_total))}
+
+
+def mean_acceptance(accepted: np.ndarray, nfe: np.ndarray, min_fraction: float = 0.1) -> np.ndarray:
+    """Mean tokens committed at iteration ``i`` over the sequences still running.
+
+    The curve stops at the first iteration where fewer than ``min_fraction`` of the sequences are
+    still running (a mean over a handful of stragglers says little). Shape ``(iterations,)``.
+    """
+    running = np.arange(accepted.shape[1])[None, :] < nfe[:, None]
+    count = running.sum(0)
+    enough = count >= max(1.0, min_fraction * len(nfe))  # non-increasing in i
+    keep = enough.size if enough.all() else int(np.argmin(enough))
+    return (accepted * running).sum(0)[:keep] / count[:keep]
+
+
+def run_markov_speed(config: Config) -> dict:
+    """Tokens per forward pass of SJD and SCD on first-order Markov chains."""
+    S, K = len(MARKOV_SETTINGS), config.markov_seeds
+    tpf = np.zeros((S, K, len(SPEED_METHODS)))
+    acceptance = {}
+    for i, (vocab, alpha) in enumerate(MARKOV_SETTINGS):
+        for s in range(K):
+            chain = random_ngram(vocab, 1, alpha, make_rng(config.seed, 3, i, s, 0))
+            for j, method in enumerate(SPEED_METHODS):
+                out = decode(chain, method, config.markov_length, vocab, config.window,
+                             make_rng(config.seed, 3, i, s, 1 + j), batch=config.markov_sequences)
+                tpf[i, s, j] = out.tokens_per_forward.mean()
+                if i == 0 and s == 0:
+                    acceptance[method] = mean_acceptance(out.accepted, out.nfe)
+    sjd, scd = tpf[..., 0], tpf[..., 1]
+    ratio = scd.mean(axis=1) / sjd.mean(axis=1)
+    welch = np.array([scipy.stats.ttest_ind(scd[i], sjd[i], equal_var=False, alternative="greater").pvalue
+                      for i in range(S)])
+    return {"markov_tokens_per_forward": tpf, "markov_ratio": ratio, "markov_welch_p": welch,
+            "markov_acceptance": acceptance}
+
+
+def _positionwise_p(reference: np.ndarray, other: np.ndarray, vocab: int) -> np.ndarray:
+    """Holm-adjusted homogeneity p-values, one per position, of two token samples ``(N, T)``."""
+    raw = [homogeneity_test(np.bincount(reference[:, t], minlength=vocab), np.bincount(other[:, t], minlength=vocab))
+           for t in range(reference.shape[1])]
+    return holm(np.array(raw))
+
+
+def run_transformer(config: Config, lm) -> LMResult:
+    """AR, SJD and SCD on the digits LM: speed per prompt, marginals vs AR, determinism, wall clock."""
+    prompts, full = lm.prompts(config.prompts, PROMPT_PIXELS)
+    T, V, k = full.shape[1] - prompts.shape[1], lm.vocab, config.samples_per_prompt
+    batch = np.repeat(prompts, k, axis=0)
+    outs, noise = {}, None
+    for j, method in enumerate(LM_METHODS):
+        rng = make_rng(config.seed, 4, j)
+        if method == "scd_gumbel":
+            noise = NoiseTable.draw(len(batch), T, V, rng)
+        if method == "ar":  # with a KV cache: the same law, NFE = T, a fraction of the compute
+            outs[method] = lm.sample_autoregressive(batch, T, rng)
+        else:
+            outs[method] = decode(lm, method, T, V, config.window, rng, prefix=batch, noise=noise)
+    again = decode(lm, "scd_gumbel", T, V, config.window, make_rng(config.seed, 4, 99), prefix=batch, noise=noise)
+    replay = int((again.tokens != outs["scd_gumbel"].tokens).sum() + (again.nfe != outs["scd_gumbel"].nfe).sum())
+    tpf = np.stack([outs[m].tokens_per_forward.reshape(-1, k).mean(axis=1) for m in LM_METHODS], axis=1)
+    paired = scipy.stats.ttest_rel(tpf[:, LM_METHODS.index("scd_maximal")], tpf[:, LM_METHODS.index("sjd")],
+                                   alternative="greater").pvalue
+    marginal = {m: _positionwise_p(outs["ar"].tokens, outs[m].tokens, V) for m in LM_METHODS[1:]}
+    acceptance = {m: mean_acceptance(outs[m].accepted, outs[m].nfe) for m in LM_METHODS[1:]}
+    return LMResult(tokens_per_forward=tpf, paired_p=float(paired), marginal_p=marginal, acceptance=acceptance,
+                    samples={m: o.tokens for m, o in outs.items()}, prompts=full,
+                    gumbel_replay_mismatches=replay, model_metrics=dict(lm.metadata.get("metrics", {})),
+                    timing=time_decoders(lm, prompts[: config.timing_prompts], T, config.window, config.seed))
+
+
+def time_decoders(lm, prompts: np.ndarray, length: int, window: int, seed: int) -> dict:
+    """Wall clock of AR (with a KV cache) and SCD-maximal (without one), one prompt at a time."""
+    seconds = {}
+    for method in ("ar", "scd_maximal"):
+        rng = make_rng(seed, 6)
+        start = time.perf_counter()
+        for row in prompts:
+            if method == "ar":
+                lm.sample_autoregressive(row[None], length, rng)
+            else:
+                decode(lm, method, length, lm.vocab, window, rng, prefix=row[None])
+        seconds[method] = time.perf_counter() - start
+    return {"ar_seconds": seconds["ar"], "scd_seconds": seconds["scd_maximal"],
+            "speedup": seconds["ar"] / seconds["scd_maximal"], "prompts": len(prompts)}
+
+
+def run(config: Config, lm=None) -> Result:
+    """Every experiment of the chapter; the transformer part only when a model ``lm`` is given.
+
+    Parameters
+    ----------
+    config : Config
+    lm : DigitsLM, optional
+        The trained digits model (asset ``digits_tokens_lm``).
+    """
+    return Result(**run_lossless(config), coupling=run_coupling(config), **run_markov_speed(config),
+                  lm=run_transformer(config, lm) if lm is not None else None)
