@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 import scipy.special
+from ..validation import require_int as _require_int
 
 # Known limits of N^2 |omega_m - (N^2/c_m - c_m/6)| for m = 0..3 (research card, section 4).
 SECOND_ORDER_CONSTANTS = (0.606, 10.09, 44.37, 120.0)
@@ -102,9 +103,6 @@ class Config:
             raise ValueError(f"tau_max must be a number in (0, 32], got {self.tau_max!r}")
 
 
-def _require_int(name: str, value, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,6 +19,7 @@ from .operators import (
     triangle_expansion_laplacian,
 )
 from .tasks import sign_test, spectral_clustering, tau_for_dof, tikhonov_smooth
+from ...validation import require_int as _require_int, require_number as _require_number
 
 EPS_GRID = (0.0, 0.01, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4)  # Loewner monotonicity is checked along this grid
 EPS_LIMIT = 1e8  # S_eps -> L0: distance measured here
@@ -30,16 +31,8 @@ METHODS = ("L0", "normalized L0", "L0 + triangle expansion", "collapsed S")
 SPECTRUM_EPS = (0.0, 1.0, 10.0, 100.0)  # eps values of the spectrum figure
 
 
-def _require_int(name, value, low, high):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
-def _require_number(name, value, low, high, low_open=False):
-    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.floating)) and np.isfinite(value)
-    ok = ok and (low < value if low_open else low <= value) and value <= high
-    if not ok:
-        raise ValueError(f"{name} must be a number in {'(' if low_open else '['}{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from ...runtime import make_rng
 from . import methods as me
 from . import problems as pb
 from . import rates
+from ...validation import require_int as _require_int, require_number as _require_number
 
 REQUIRED_SIGMAS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)  # the noise levels the ledger reads
 RG_RATE_SIGMAS = (0.1, 1.0)
@@ -73,8 +74,8 @@ class Config:
         _require_int("seed", self.seed, 0, 2**32 - 1)
         _require_number("offset", self.offset, 1, 1000)
         _require_number("window_decades", self.window_decades, 1, 3)
-        _require_number("step_max", self.step_max, 0, 0.5, open_low=True)
-        _require_number("strong_monotonicity", self.strong_monotonicity, 0, 1, open_low=True)
+        _require_number("step_max", self.step_max, 0, 0.5, low_open=True)
+        _require_number("strong_monotonicity", self.strong_monotonicity, 0, 1, low_open=True)
         s = np.array(self.sigmas)
         if s.size < 3 or np.any(s < 0) or np.any(s > 10) or np.any(np.diff(s) <= 0):
             raise ValueError(f"sigmas must be at least 3 increasing values in [0, 10], got {self.sigmas}")
@@ -92,16 +93,8 @@ class Config:
         return (self.horizon / 10**self.window_decades, float(self.horizon))
 
 
-def _require_int(name, value, low, high) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
-def _require_number(name, value, low, high, open_low=False) -> None:
-    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
-    if not ok or not (low < value if open_low else low <= value) or not value <= high:
-        bracket = "(" if open_low else "["
-        raise ValueError(f"{name} must be a number in {bracket}{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from scipy import stats
 from ...runtime import make_rng
 from . import sources as src
 from . import thresholds as th
+from ...validation import require_int as _require_int
 
 METHODS = ("LEC", "plug-in", "CP-UCB", "CP-Bonferroni", "LTT-FS")
 PAC_METHODS = ("CP-Bonferroni", "LTT-FS")  # valid PAC by construction
@@ -76,9 +77,6 @@ class Config:
                 raise ValueError(f"{name} must not repeat values, got {values!r}")
 
 
-def _require_int(name: str, value, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
 def _require_numbers(name: str, values, low: float, high: float, closed_high: bool) -> None:

@@ -10,6 +10,7 @@ import pandas as pd
 from ...runtime import make_rng
 from . import estimators as est
 from . import theory
+from ...validation import require_int as _require_int, require_number as _require_number
 
 PUBLISHED_POINT = {"kappa": 0.2, "gamma_sq": 5.0}  # Sur-Candes / SLOE reference point
 PUBLISHED_VALUES = {"alpha": 1.499, "lam": 3.027, "sigma": 2.121}
@@ -96,15 +97,8 @@ class Config:
         _require_number("ar1_correlation", self.ar1_correlation, 0, 0.95)
 
 
-def _require_int(name, value, low, high) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
-def _require_number(name, value, low, high, low_open=False) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and (low < value if low_open else low <= value) and value <= high
-    if not ok:
-        raise ValueError(f"{name} must be a number in {'(' if low_open else '['}{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True, eq=False)
