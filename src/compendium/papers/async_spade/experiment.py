@@ -1,0 +1,218 @@
+"""Config, the experiment (``run``) and the deterministic checks of the AsyncSpade chapter."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ...kernels.quest_pages import page_metadata, quest_scores_reference
+from ...kernels.sparse_decode import dense_masked_reference, sparse_decode_reference
+from ...runtime import make_rng
+from .decode import timed_decode
+from .lm import make_sequences
+from .sparse import (mask_from_scores, method_scores, paired_bootstrap_ci, prediction_cosine, predict_queries,
+                     query_cosine_by_lag, recall_and_mass, select, true_attention)
+
+SELECTORS = ("oracle", "ridge", "last", "mean", "quest")
+ACCURACY_METHODS = ("full", "ridge", "last", "quest")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Parameters of the chapter (names as in the registry)."""
+
+    model_seeds: int = 3
+    eval_sequences: int = 8
+    budgets: tuple = (64, 128)
+    accuracy_budget: int = 64
+    page_size: int = 16
+    sink_tokens: int = 4
+    local_tokens: int = 16
+    window: int = 8
+    ar_order: int = 2
+    ridge_lambda: float = 1.0
+    exactness_shapes: int = 200
+    quest_bound_cases: int = 1000
+    bootstrap_resamples: int = 2000
+    timing_steps: int = 20
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "budgets", tuple(int(b) for b in self.budgets))
+        ints = dict(model_seeds=1, eval_sequences=1, accuracy_budget=1, page_size=1, sink_tokens=0,
+                    local_tokens=1, window=2, ar_order=1, exactness_shapes=1, quest_bound_cases=1,
+                    bootstrap_resamples=100, timing_steps=1)
+        for name, low in ints.items():
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not self.budgets or any(b < self.page_size or b % self.page_size for b in self.budgets):
+            raise ValueError(f"budgets must be multiples of page_size ({self.page_size}), got {self.budgets}")
+        if self.accuracy_budget % self.page_size:
+            raise ValueError("accuracy_budget must be a multiple of page_size")
+        if self.ar_order >= self.window:
+            raise ValueError(f"ar_order ({self.ar_order}) must be smaller than window ({self.window})")
+        if not self.ridge_lambda > 0:
+            raise ValueError(f"ridge_lambda must be > 0, got {self.ridge_lambda}")
+
+
+@dataclass
+class Result:
+    """Everything the notebook plots and checks (timings in ``timing`` only)."""
+
+    recall: dict            # (method, budget) -> (units,) per (model, sequence)
+    mass: dict              # (method, budget) -> (units,)
+    accuracy: dict          # method -> (models,) answer accuracy with that selection in the loop
+    cosine_lag: np.ndarray  # (lags,) cos(q_t, q_{t-lag}), mean over models/layers/heads
+    prediction_cosine: dict  # predictor -> mean cos(q_hat_t, q_t)
+    cis: dict               # name -> (mean, low, high) paired bootstrap of differences
+    exactness_error: float  # max |sparse gather - dense masked| over the random shapes
+    quest_min_slack: float  # min over cases of U(q, page) - max_k q.k
+    cost_model: dict        # critical-path cache reads per step (deterministic proxy of TPOT)
+    timing: dict = field(default_factory=dict)   # wall-clock (varies run to run)
+
+
+def kernel_exactness(num_shapes: int, rng: np.random.Generator) -> float:
+    """Max |gather sparse attention - dense attention with a -inf mask| over random shapes
+    (T not a multiple of 16, GQA ratios 1/2/4, some index sets of size >= T with padding)."""
+    worst = 0.0
+    gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    for _ in range(num_shapes):
+        hkv = int(rng.integers(1, 3))
+        heads = hkv * int(rng.choice([1, 2, 4]))
+        seq = int(rng.integers(1, 200))
+        dim = int(rng.choice([16, 32, 64]))
+        n = int(rng.integers(1, seq + 20))                               # n >= seq: all keys + padding
+        q = torch.randn(2, heads, dim, generator=gen)
+        k = torch.randn(2, hkv, seq, dim, generator=gen)
+        v = torch.randn(2, hkv, seq, dim, generator=gen)
+        idx = torch.argsort(torch.rand(2, hkv, seq, generator=gen), -1)[..., :n]
+        if n > seq:
+            idx = torch.cat([idx, torch.full((2, hkv, n - seq), -1)], -1)
+        diff = (sparse_decode_reference(q, k, v, idx) - dense_masked_reference(q, k, v, idx)).abs().max()
+        worst = max(worst, float(diff))
+    return worst
+
+
+def quest_bound_slack(num_cases: int, rng: np.random.Generator) -> float:
+    """min over random (q, page) of U(q, page) - max_{k in page} q.k, in float64."""
+    worst = math.inf
+    for _ in range(num_cases):
+        dim, size = int(rng.integers(1, 65)), int(rng.integers(1, 33))
+        keys = torch.from_numpy(rng.standard_normal((1, 1, size, dim)) * rng.exponential(1.0))
+        q = torch.from_numpy(rng.standard_normal((1, 1, dim)))
+        kmin, kmax, _ = page_metadata(keys, page_size=size)
+        bound = float(quest_scores_reference(q, kmin, kmax)[0, 0, 0])
+        worst = min(worst, bound - float((keys[0, 0] @ q[0, 0]).max()))
+    return worst
+
+
+def cost_model(context: int, budget: int, page_size: int, window: int) -> dict:
+    """Cache vectors read per decode step and key/value head on the critical path.
+
+    full: all keys and values (2T); Quest: two metadata vectors per page, then the selected keys
+    and values (2T/P + 2B); token selection done synchronously: every key scored, then 2B; done
+    asynchronously: only the 2B (plus the W-query window shipped to the selector)."""
+    return {"full": 2 * context, "quest": 2 * math.ceil(context / page_size) + 2 * budget,
+            "token_sync": context + 2 * budget, "token_async": 2 * budget + window}
+
+
+def _selection_kwargs(config: Config) -> dict:
+    return dict(sinks=config.sink_tokens, local=config.local_tokens, page_size=config.page_size,
+                window=config.window, ridge_lambda=config.ridge_lambda, ar_order=config.ar_order)
+
+
+def run(config: Config, models: list, *, with_timing: bool = True, device: str = "cpu") -> Result:
+    """Selection recall, in-loop accuracy, query statistics and checks over ``models`` (on the CPU);
+    the wall-clock decode timing runs on ``device``."""
+    if len(models) < config.model_seeds:
+        raise ValueError(f"need {config.model_seeds} models, got {len(models)}")
+    models = models[:config.model_seeds]
+    context = models[0].settings.context
+    if max(config.budgets + (config.accuracy_budget,)) + config.sink_tokens + config.local_tokens >= context:
+        raise ValueError(f"budgets plus sinks and local window must be below the context ({context})")
+    kw = _selection_kwargs(config)
+    recall = {(m, b): [] for m in SELECTORS for b in config.budgets}
+    mass = {(m, b): [] for m in SELECTORS for b in config.budgets}
+    accuracy = {m: [] for m in ACCURACY_METHODS}
+    lags, pcos = [], {p: [] for p in ("last", "mean", "ridge")}
+    for i, model in enumerate(models):
+        tokens, answer = make_sequences(config.eval_sequences, context, make_rng(config.seed, 10, i))
+        x = torch.from_numpy(tokens)
+        cap = []
+        with torch.no_grad():
+            model(x, capture=cap)                                       # dense teacher-forced pass
+        rec = {key: 0.0 for key in recall}
+        ms = {key: 0.0 for key in mass}
+        for Q, K, _ in cap:
+            probs = true_attention(Q, K)
+            scores = {m: method_scores(m, Q, K, **kw) for m in SELECTORS}
+            for b in config.budgets:
+                oracle = mask_from_scores("oracle", scores["oracle"], b, **kw)
+                for m in SELECTORS:
+                    r, a = recall_and_mass(mask_from_scores(m, scores[m], b, **kw), oracle, probs, b,
+                                           config.sink_tokens, config.local_tokens)
+                    rec[(m, b)] = rec[(m, b)] + r / len(cap)
+                    ms[(m, b)] = ms[(m, b)] + a / len(cap)
+        for key in recall:
+            recall[key].append(rec[key])
+            mass[key].append(ms[key])
+        for Q, _, _ in cap:
+            lags.append(query_cosine_by_lag(Q, 16))
+            for p in pcos:
+                pcos[p].append(prediction_cosine(Q, predict_queries(Q, p, config.window, config.ridge_lambda,
+                                                                    config.ar_order), config.window + 1))
+        for m in ACCURACY_METHODS:
+            def mask_fn(layer, Q, K, m=m):
+                return select(m, Q, K, config.accuracy_budget, **kw)
+            with torch.no_grad():
+                pred = model(x, mask_fn=mask_fn).argmax(-1)[:, :-1].numpy()
+            accuracy[m].append(float((pred == tokens[:, 1:])[answer[:, 1:]].mean()))
+    recall = {k: np.concatenate(v) for k, v in recall.items()}
+    mass = {k: np.concatenate(v) for k, v in mass.items()}
+    accuracy = {k: np.array(v) for k, v in accuracy.items()}
+    rng = make_rng(config.seed, 20)
+    cis = {}
+    for b in config.budgets:
+        cis[f"ridge_minus_quest_{b}"] = paired_bootstrap_ci(recall[("ridge", b)] - recall[("quest", b)],
+                                                            config.bootstrap_resamples, rng)
+        cis[f"ridge_minus_last_{b}"] = paired_bootstrap_ci(recall[("ridge", b)] - recall[("last", b)],
+                                                           config.bootstrap_resamples, rng)
+    result = Result(
+        recall=recall, mass=mass, accuracy=accuracy, cosine_lag=np.mean(lags, axis=0),
+        prediction_cosine={p: float(np.mean(v)) for p, v in pcos.items()}, cis=cis,
+        exactness_error=kernel_exactness(config.exactness_shapes, make_rng(config.seed, 30)),
+        quest_min_slack=quest_bound_slack(config.quest_bound_cases, make_rng(config.seed, 31)),
+        cost_model=cost_model(context, config.accuracy_budget, config.page_size, config.window),
+    )
+    if with_timing:
+        result.timing = measure_tpot(config, models[0], context, device)
+    return result
+
+
+def measure_tpot(config: Config, model, context: int, device: str = "cpu") -> dict:
+    """Median wall-clock step time of full / sync / async decoding on one sequence (varies by run)."""
+    tokens, _ = make_sequences(1, context, make_rng(config.seed, 40))
+    tokens = torch.from_numpy(tokens[0]).to(device)
+    model = copy.deepcopy(model).to(device)
+    steps = min(config.timing_steps, context // 4)
+    prefix = context - steps
+    kw = dict(budget=config.accuracy_budget, sinks=config.sink_tokens, local=config.local_tokens,
+              window=config.window, ridge_lambda=config.ridge_lambda, ar_order=config.ar_order)
+    timed_decode(model, tokens, prefix, min(3, steps), "sync", **kw)   # warm-up
+    out = {}
+    for mode in ("full", "sync", "async"):
+        times, sel, events = timed_decode(model, tokens, prefix, steps, mode, **kw)
+        out[mode] = float(np.median(times))
+        if mode == "sync":
+            out["t_sel"] = float(np.median(sel))
+            out["t_fwd"] = float(np.median(times - sel))
+        if mode == "async":
+            out["events"] = events
+            out["async_wait"] = float(np.median(sel))
+    out["overlap_ratio"] = out["async"] / max(out["t_fwd"], out["t_sel"])
+    return out

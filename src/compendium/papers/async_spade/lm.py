@@ -1,0 +1,242 @@
+"""The tiny decoder LM of the chapter and its synthetic long-context retrieval language.
+
+Language (all positions 0..T-1; vocabulary of 306 tokens):
+
+* position 0 is ``BOS``; positions 1..8 are a *header* of 8 key/value pair tokens ``(k_i, v_i)``
+  (8 distinct keys out of 16, values drawn from 16; one token per pair, so that a single
+  attention hop can answer a lookup and the model learns it in seconds);
+* the rest is a first-order Markov "filler" over 16 symbols (a fixed random transition matrix,
+  the same for every sequence), cut into slots of 16 positions; each slot holds one *recall
+  event* ``Q k v`` at a random offset, with ``k`` a header key and ``v`` its header value.
+
+Answering an event (predicting ``v`` at the position of ``k``) needs a lookup far back in the
+context: the header, or an earlier event with the same key. Accuracy on these positions is the
+chapter's task accuracy.
+
+The model is a pre-LayerNorm decoder with learned positions and grouped-query attention
+(``num_heads`` query heads share ``num_kv_heads`` key/value heads). ``forward`` accepts a
+callable that returns a boolean attention mask per layer, so a sparse decode loop can be run
+teacher-forced and in parallel (see ``sparse.masked_forward``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...runtime import make_rng
+
+BOS, QUERY = 0, 1
+KEY0, VALUE0, FILLER0, PAIR0 = 2, 18, 34, 50
+NUM_SYMBOLS = 16
+VOCAB = PAIR0 + NUM_SYMBOLS * NUM_SYMBOLS
+HEADER_PAIRS = 8
+SLOT = 16
+
+
+def filler_transitions(seed: int = 1234) -> np.ndarray:
+    """The filler's 16x16 transition matrix (rows from a Dirichlet(0.3); fixed by ``seed``)."""
+    return make_rng(seed).dirichlet(np.full(NUM_SYMBOLS, 0.3), size=NUM_SYMBOLS)
+
+
+def make_sequences(num: int, length: int, rng: np.random.Generator):
+    """Draw ``num`` sequences of the retrieval language.
+
+    Returns
+    -------
+    tokens : int64 array (num, length)
+    answer_mask : bool array (num, length), True at the value position of every recall event
+        (the model must predict it from the previous position).
+    """
+    header = 1 + HEADER_PAIRS
+    if length < header + SLOT:
+        raise ValueError(f"length must be at least {header + SLOT}, got {length}")
+    keys = np.argsort(rng.random((num, NUM_SYMBOLS)), axis=1)[:, :HEADER_PAIRS]     # distinct keys
+    values = rng.integers(0, NUM_SYMBOLS, size=(num, HEADER_PAIRS))
+    tokens = np.empty((num, length), dtype=np.int64)
+    tokens[:, 0] = BOS
+    tokens[:, 1:header] = PAIR0 + NUM_SYMBOLS * keys + values          # one token per (key, value) pair
+    # Markov filler, vectorised over sequences (inverse-CDF sampling per step)
+    cdf = np.cumsum(filler_transitions(), axis=1)
+    state = rng.integers(0, NUM_SYMBOLS, size=num)
+    uniforms = rng.random((num, length - header))
+    for j in range(length - header):
+        state = np.minimum((uniforms[:, j, None] > cdf[state]).sum(1), NUM_SYMBOLS - 1)
+        tokens[:, header + j] = FILLER0 + state
+    answer = np.zeros((num, length), dtype=bool)
+    slots = (length - header) // SLOT
+    offsets = rng.integers(0, SLOT - 2, size=(num, slots))
+    which = rng.integers(0, HEADER_PAIRS, size=(num, slots))
+    rows = np.arange(num)[:, None]
+    start = header + SLOT * np.arange(slots)[None, :] + offsets
+    tokens[rows, start] = QUERY
+    tokens[rows, start + 1] = KEY0 + keys[rows, which]
+    tokens[rows, start + 2] = VALUE0 + values[rows, which]
+    answer[rows, start + 2] = True
+    return tokens, answer
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Sizes of the decoder and its training run."""
+
+    context: int = 256
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    train_steps: int = 150
+    batch_size: int = 8
+    learning_rate: float = 5e-3
+    num_models: int = 3
+
+
+def settings_for(scale: str) -> ModelSettings:
+    """Smoke: T=256, 3 models of 150 steps; full: T=512, 5 models of 800 steps."""
+    if scale == "smoke":
+        return ModelSettings()
+    if scale == "full":
+        return ModelSettings(context=512, train_steps=800, batch_size=8, num_models=5)
+    raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int):
+        super().__init__()
+        if d_model % num_heads or num_heads % num_kv_heads:
+            raise ValueError("d_model must divide into num_heads, and num_heads into num_kv_heads")
+        self.h, self.hkv, self.dh = num_heads, num_kv_heads, d_model // num_heads
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.kv = nn.Linear(d_model, 2 * num_kv_heads * self.dh, bias=False)
+        self.o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask_fn=None, layer=0, capture=None):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.h, self.dh).transpose(1, 2)                 # (B, H, T, dh)
+        k, v = self.kv(x).view(b, t, 2, self.hkv, self.dh).permute(2, 0, 3, 1, 4)  # (B, Hkv, T, dh)
+        if capture is not None:
+            capture.append((q.detach(), k.detach(), v.detach()))
+        group = self.h // self.hkv
+        kk, vv = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        if mask_fn is None:                                   # dense causal attention (training)
+            out = F.scaled_dot_product_attention(q, kk, vv, is_causal=True)
+        else:                                                 # a selected key set per step
+            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            mask = (mask_fn(layer, q.detach(), k.detach()) & causal).repeat_interleave(group, 1)
+            att = (q @ kk.transpose(-1, -2)) / math.sqrt(self.dh)
+            out = att.masked_fill(~mask, float("-inf")).softmax(-1) @ vv
+        return self.o(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class Block(nn.Module):
+    def __init__(self, d_model, num_heads, num_kv_heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn = Attention(d_model, num_heads, num_kv_heads)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x, mask_fn=None, layer=0, capture=None):
+        x = x + self.attn(self.ln1(x), mask_fn, layer, capture)
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyDecoder(nn.Module):
+    """A small GQA decoder: ``forward(tokens (B, T)) -> logits (B, T, VOCAB)``."""
+
+    def __init__(self, s: ModelSettings):
+        super().__init__()
+        self.settings = s
+        self.tok = nn.Embedding(VOCAB, s.d_model)
+        self.pos = nn.Embedding(s.context, s.d_model)
+        self.blocks = nn.ModuleList(Block(s.d_model, s.num_heads, s.num_kv_heads) for _ in range(s.num_layers))
+        self.ln = nn.LayerNorm(s.d_model)
+        self.head = nn.Linear(s.d_model, VOCAB, bias=False)
+
+    def embed(self, tokens):
+        """Token embeddings; a header pair token is embedded as key + value embedding (factorised),
+        so that a key in a recall event can find its pair with one attention hop."""
+        pair = tokens >= PAIR0
+        rel = (tokens - PAIR0).clamp_min(0)
+        factorised = self.tok(KEY0 + rel // NUM_SYMBOLS) + self.tok(VALUE0 + rel % NUM_SYMBOLS)
+        return torch.where(pair[..., None], factorised, self.tok(tokens))
+
+    def forward(self, tokens, mask_fn=None, capture=None):
+        """``mask_fn(layer, q (B,H,T,dh), k (B,Hkv,T,dh)) -> bool (B,Hkv,T,T)`` restricts attention;
+        ``capture`` (a list) receives each layer's (q, k, v)."""
+        t = tokens.shape[1]
+        x = self.embed(tokens) + self.pos(torch.arange(t, device=tokens.device))
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask_fn, i, capture)
+        return self.head(self.ln(x))
+
+
+def train_model(s: ModelSettings, seed: int):
+    """Train one decoder (deterministic for ``seed``); returns the model and its metrics."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)                       # parameter init only, inside a forked RNG
+        model = TinyDecoder(s)
+    opt = torch.optim.AdamW(model.parameters(), lr=s.learning_rate, weight_decay=0.01)
+    rng = make_rng(seed, 1)
+    start = time.perf_counter()
+    for step in range(s.train_steps):
+        tokens, answer = make_sequences(s.batch_size, s.context, rng)
+        x = torch.from_numpy(tokens)
+        logits = model(x[:, :-1])
+        weight = torch.ones(x[:, 1:].shape) + 4.0 * torch.from_numpy(answer[:, 1:])    # stress the lookups
+        loss = (F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none") * weight).mean()
+        lr = s.learning_rate * min(1.0, (step + 1) / 30) * 0.5 * (1 + math.cos(math.pi * step / s.train_steps))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    model.eval()
+    tokens, answer = make_sequences(64, s.context, make_rng(seed, 2))
+    with torch.no_grad():
+        pred = model(torch.from_numpy(tokens)).argmax(-1)[:, :-1].numpy()
+    acc = float((pred == tokens[:, 1:])[answer[:, 1:]].mean())
+    return model, {"recall_accuracy": acc, "final_loss": float(loss.detach()), "train_seconds": time.perf_counter() - start}
+
+
+def build_asset(out_dir: Path, scale: str, seed: int) -> None:
+    """Workflow builder: train ``num_models`` decoders (seeds ``1000*seed + i``) into ``out_dir``."""
+    out_dir = Path(out_dir)
+    s = settings_for(scale)
+    metrics = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                # one thread: faster for this size, and reproducible
+    try:
+        trained = [train_model(s, 1000 * seed + i) for i in range(s.num_models)]
+    finally:
+        torch.set_num_threads(threads)
+    for i, (model, m) in enumerate(trained):
+        torch.save(model.state_dict(), out_dir / f"model_{i}.pt")
+        metrics.append({k: v for k, v in m.items() if k != "train_seconds"})
+        print(f"async_spade LM {i}: {m}")
+    meta = {"scale": scale, "seed": seed, "settings": asdict(s), "metrics": metrics}
+    (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def load_models(path: str | Path, count: int | None = None) -> list[TinyDecoder]:
+    """Load the decoders saved by :func:`build_asset` (the first ``count`` of them)."""
+    path = Path(path)
+    meta = json.loads((path / "metadata.json").read_text())
+    s = ModelSettings(**meta["settings"])
+    count = s.num_models if count is None else count
+    if not 1 <= count <= s.num_models:
+        raise ValueError(f"count must be in [1, {s.num_models}], got {count}")
+    models = []
+    for i in range(count):
+        model = TinyDecoder(s)
+        model.load_state_dict(torch.load(path / f"model_{i}.pt", weights_only=True))
+        models.append(model.eval())
+    return models

@@ -1,0 +1,158 @@
+"""Tests for compendium.papers.async_spade: shapes, properties, references, a tiny run."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from compendium.kernels.quest_pages import page_metadata, quest_scores_reference
+from compendium.kernels.sparse_decode import dense_masked_reference, sparse_decode_reference
+from compendium.papers import async_spade as paper
+from compendium.runtime import make_rng
+
+KW = dict(sinks=2, local=4, page_size=8, window=6, ridge_lambda=1.0, ar_order=2)
+
+
+def _qk(seed=0, b=2, h=4, hkv=2, t=40, d=16):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, h, t, d, generator=g), torch.randn(b, hkv, t, d, generator=g)
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    s = paper.ModelSettings(context=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                            train_steps=3, batch_size=2, num_models=2)
+    return [paper.train_model(s, i)[0] for i in range(2)]
+
+
+# ---------------------------------------------------------------- shapes
+def test_shapes(tiny_models):
+    tokens, answer = paper.make_sequences(3, 64, make_rng(0))
+    assert tokens.shape == answer.shape == (3, 64) and answer.sum() == 3 * ((64 - 9) // 16)
+    cap = []
+    logits = tiny_models[0](torch.from_numpy(tokens), capture=cap)
+    assert logits.shape == (3, 64, paper.lm.VOCAB)
+    assert cap[0][0].shape == (3, 4, 64, 8) and cap[0][1].shape == (3, 2, 64, 8)
+    Q, K = _qk()
+    for method in ("full", "quest", "last", "mean", "ridge", "oracle"):
+        assert paper.select(method, Q, K, 16, **KW).shape == (2, 2, 40, 40)
+    assert paper.predict_queries(Q, "ridge", 6, 1.0, 2).shape == Q.shape
+
+
+# ---------------------------------------------------------------- properties
+def test_selection_sizes_and_causality():
+    Q, K = _qk()
+    t = Q.shape[2]
+    for method in ("quest", "ridge", "oracle"):
+        mask = paper.select(method, Q, K, 16, **KW)
+        assert not (mask & ~torch.ones(t, t, dtype=torch.bool).tril()).any(), "never a future key"
+        cand = (torch.arange(t)[None, :] >= 2) & (torch.arange(t)[None, :] <= torch.arange(t)[:, None] - 4)
+        chosen = (mask & cand).sum(-1)
+        assert (chosen <= 16).all()
+        if method != "quest":                                 # token level fills the budget exactly
+            assert (chosen == torch.clamp(cand.sum(-1), max=16)).all()
+        steps = torch.arange(t)
+        assert mask[..., steps >= 2, :2].all(), "sinks are kept once they exist"
+    assert torch.equal(paper.select("full", Q, K, 16, **KW)[0, 0], torch.ones(t, t, dtype=torch.bool).tril())
+
+
+def test_predictors_use_only_the_past_and_ridge_limits():
+    Q, _ = _qk(t=30)
+    Q2 = Q.clone()
+    Q2[..., 20:, :] += 100.0                                  # change the future of step 20
+    for p in ("last", "mean", "ridge"):
+        a = paper.predict_queries(Q, p, 6, 1.0, 2)[..., :21, :]
+        b = paper.predict_queries(Q2, p, 6, 1.0, 2)[..., :21, :]
+        assert torch.allclose(a, b), p
+    # a huge ridge shrinks to "copy the last query"
+    big = paper.predict_queries(Q, "ridge", 6, 1e9, 2)
+    assert torch.allclose(big[..., 8:, :], Q[..., 7:-1, :], atol=1e-4)
+    # an exactly AR(1) sequence q_{t+1} = 0.9 q_t is recovered with a tiny ridge
+    base = torch.randn(1, 2, 1, 8, dtype=torch.float64)
+    ar = base * 0.9 ** torch.arange(30, dtype=torch.float64).view(1, 1, 30, 1)
+    pred = paper.predict_queries(ar, "ridge", 6, 1e-9, 2)
+    assert torch.allclose(pred[..., 8:, :], ar[..., 8:, :], rtol=1e-5)
+
+
+def test_quest_bound_and_oracle_recall():
+    assert paper.quest_bound_slack(200, make_rng(1)) >= -1e-9
+    Q, K = _qk(1)
+    probs = paper.true_attention(Q, K)
+    oracle = paper.select("oracle", Q, K, 16, **KW)
+    rec, mass = paper.recall_and_mass(oracle, oracle, probs, 16, 2, 4)
+    assert np.allclose(rec, 1.0) and (mass <= 1 + 1e-6).all()
+    full = paper.select("full", Q, K, 16, **KW)
+    _, mass_full = paper.recall_and_mass(full, oracle, probs, 16, 2, 4)
+    assert np.allclose(mass_full, 1.0, atol=1e-5)
+
+
+# ---------------------------------------------------------------- references
+def test_quest_scores_against_brute_force():
+    Q, K = _qk(2, b=1, t=21)
+    b, h, t, d = Q.shape
+    scores = paper.sparse.quest_page_scores(Q, K, 2, 4, 8)                  # (1, 2, T, 3)
+    for step in (10, 17, 20):
+        last = step - 4
+        for g in range(2):
+            for page in range(3):
+                keys = [j for j in range(page * 8, page * 8 + 8) if 2 <= j <= last]
+                if not keys:
+                    assert scores[0, g, step, page] == float("-inf")
+                    continue
+                kk = K[0, g, keys]
+                want = sum(float(torch.maximum(Q[0, hh, step] * kk.min(0).values, Q[0, hh, step] * kk.max(0).values).sum())
+                           for hh in (2 * g, 2 * g + 1))
+                assert math.isclose(float(scores[0, g, step, page]), want, rel_tol=1e-4, abs_tol=1e-4)
+
+
+def test_masked_forward_equals_sparse_reference():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(2, 4, 16, generator=g), torch.randn(2, 2, 37, 16, generator=g), torch.randn(2, 2, 37, 16, generator=g)
+    idx = torch.argsort(torch.rand(2, 2, 37, generator=g), -1)[..., :11]
+    assert (sparse_decode_reference(q, k, v, idx) - dense_masked_reference(q, k, v, idx)).abs().max() < 1e-5
+    kmin, kmax, valid = page_metadata(k, 16, length=30)
+    assert valid.tolist() == [[True, True, False]] * 2
+    assert torch.equal(kmin[:, :, 1], k[:, :, 16:30].amin(2))
+    assert quest_scores_reference(q, kmin, kmax).shape == (2, 2, 3)
+    assert paper.kernel_exactness(20, make_rng(0)) < 1e-5
+
+
+def test_decode_loop_matches_model(tiny_models):
+    model = tiny_models[0]
+    tokens = torch.from_numpy(paper.make_sequences(1, 64, make_rng(4))[0][0])
+    kw = dict(budget=16, sinks=2, local=4, window=6, ridge_lambda=1.0, ar_order=2)
+    for mode in ("full", "sync", "async"):
+        times, sel, events = paper.timed_decode(model, tokens, 50, 5, mode, **kw)
+        assert times.shape == sel.shape == (5,) and (times > 0).all()
+    idx = paper.select_indices(torch.randn(1, 4, 50, 8), torch.randn(1, 2, 50, 8), **{k: kw[k] for k in kw})
+    assert idx.shape == (1, 2, 16 + 2 + 4) and idx.max() <= 50
+
+
+# ---------------------------------------------------------------- config and tiny run
+def test_config_validation():
+    with pytest.raises(ValueError):
+        paper.Config(budgets=(60,))
+    with pytest.raises(ValueError):
+        paper.Config(ar_order=8, window=8)
+    with pytest.raises(ValueError):
+        paper.Config(ridge_lambda=0.0)
+    assert paper.Config(budgets=[16, 32]).budgets == (16, 32)
+
+
+def test_tiny_run_is_deterministic(tiny_models):
+    config = paper.Config(model_seeds=2, eval_sequences=2, budgets=(16,), accuracy_budget=16, page_size=8,
+                          sink_tokens=2, local_tokens=4, window=6, exactness_shapes=5, quest_bound_cases=20,
+                          bootstrap_resamples=100, timing_steps=3)
+    a = paper.run(config, tiny_models, with_timing=False)
+    b = paper.run(config, tiny_models, with_timing=False)
+    assert a.recall.keys() == b.recall.keys()
+    for key in a.recall:
+        assert np.array_equal(a.recall[key], b.recall[key]) and a.recall[key].shape == (4,)
+    assert a.cis == b.cis and a.accuracy.keys() == {"full", "ridge", "last", "quest"}
+    assert np.allclose(a.recall[("oracle", 16)], 1.0)
+    with pytest.raises(ValueError):
+        paper.run(dataclasses.replace(config, budgets=(64,)), tiny_models)
+    c = paper.run(config, tiny_models, with_timing=True)
+    assert {"full", "sync", "async", "t_fwd", "t_sel", "overlap_ratio"} <= set(c.timing)
