@@ -2,7 +2,7 @@
 
 Builds every ready chapter of the real registry through Snakemake and Papermill in a throw-away
 copy of the project, then checks: the book and dashboard exist, every chapter's verdicts equal
-workflow/config/expected_verdicts.yaml, every chapter kept to its time budget (with slack for a
+workflow/config/expected_verdicts.yaml (volatile wall-clock claims excepted), every chapter kept to its time budget (with slack for a
 noisy CI machine), and a forced rerun gives a byte-identical claims.json.
 """
 
@@ -39,7 +39,8 @@ def test_verdicts_match_expected(smoke_book):
     for entry in REGISTRY.ready:
         claims = root / "results" / "smoke" / entry.slug / "claims.json"
         data = json.loads(claims.read_text())
-        actual[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"]}
+        # wall-clock (volatile) claims vary with the machine: CI does not compare their verdicts
+        actual[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"] if not c["volatile"]}
     assert actual == expected, "verdicts changed: update expected_verdicts.yaml deliberately or fix the regression"
 
 

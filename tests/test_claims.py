@@ -132,3 +132,23 @@ def test_html_table_has_one_badge_per_claim():
     html = ledger._repr_html_()
     assert html.count('class="verdict ') == 2
     assert "verdict-pass" in html and "verdict-not-checkable" in html
+
+
+def test_volatile_claims_are_flagged_and_masked():
+    from compendium.claims import stable_view
+
+    def make(seconds):
+        ledger = Ledger("demo")
+        ledger.check("exact", "closed form", kind="exact", measured=1e-12, criterion=at_most(1e-10))
+        ledger.check("speed", "faster than the baseline", kind="ratio", measured=seconds,
+                     criterion=at_least(1.3), volatile=True)
+        return ledger.to_dict()
+
+    fast, slow = make(1.5), make(1.1)
+    assert fast["claims"][1]["volatile"] and not fast["claims"][0]["volatile"]
+    assert fast != slow and stable_view(fast) == stable_view(slow)
+    assert fast["claims"][1]["verdict"] == "pass" and slow["claims"][1]["verdict"] == "fail"
+    from compendium.claims import render_html
+
+    assert "wall-clock measurement" in render_html(fast["claims"])
+    assert "wall-clock measurement" not in render_html(fast["claims"][:1])

@@ -211,7 +211,8 @@ def dashboard_page(states: list[ChapterState], scale: str) -> str:
         for c in st.claims:
             statement = escape(c["statement"]).replace("|", "\\|")
             lines.append(
-                f"| {_chapter_link(st)} | `{c['id']}`: {statement} | {c['kind']} | {_num(c['measured'])} | "
+                f"| {_chapter_link(st)} | `{c['id']}`: {statement} | {c['kind']}"
+                f"{' (wall-clock)' if c.get('volatile') else ''} | {_num(c['measured'])} | "
                 f"{escape(c['criterion'] or '')} | {_num(c['paper_value'])} | {verdict_badge(c['verdict'])} |"
             )
     return "\n".join(lines) + "\n"

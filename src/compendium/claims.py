@@ -16,6 +16,11 @@ level over several seeds), ``directional`` (method beats baseline) and ``ratio``
 the like). ``Ledger.not_checkable`` records a claim this chapter cannot test, with the reason.
 
 Verdicts: ``pass`` and ``fail`` (computed), ``not_checkable`` (declared, with a reason).
+
+Wall-clock measurements (a speed-up timed in one run) are checks like any other, but they are
+marked ``volatile=True``: their measured value and verdict change from run to run and machine
+to machine. Everything else in ``claims.json`` is byte-identical for the same scale and seed
+(:func:`stable_view` masks the volatile parts), and CI's expected-verdict comparison skips them.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ __all__ = [
     "p_value_above",
     "p_value_below",
     "SCHEMA_VERSION",
+    "stable_view",
 ]
 
 KINDS = ("symbolic", "exact", "statistical", "directional", "ratio")
@@ -247,6 +253,7 @@ class Claim:
     paper_value: Any = None
     note: str = ""
     details: dict = field(default_factory=dict)
+    volatile: bool = False
 
     @property
     def passed(self) -> bool:
@@ -263,6 +270,7 @@ class Claim:
             "verdict": self.verdict,
             "note": self.note,
             "details": {k: _jsonable(v) for k, v in sorted(self.details.items())},
+            "volatile": self.volatile,
         }
 
 
@@ -313,6 +321,7 @@ class Ledger:
         paper_value: Any = None,
         note: str = "",
         details: dict | None = None,
+        volatile: bool = False,
     ) -> Claim:
         """Record a checked claim; the verdict is computed from ``measured`` and ``criterion``.
 
@@ -331,6 +340,9 @@ class Ledger:
             The paper's number where it gives one.
         note, details :
             Free text and extra numbers (seeds, sample sizes) kept in ``claims.json``.
+        volatile : bool
+            True for wall-clock measurements: the value and verdict vary between runs and
+            machines, so determinism checks and the CI verdict comparison leave them out.
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -355,6 +367,7 @@ class Ledger:
             paper_value=paper_value,
             note=note,
             details=dict(details or {}),
+            volatile=bool(volatile),
         )
         self.claims.append(claim)
         return claim
@@ -441,6 +454,21 @@ class Ledger:
         return f"Ledger({self.chapter!r}, {len(self)} claims: {counts})"
 
 
+def stable_view(data: dict) -> dict:
+    """``claims.json`` content with the volatile claims' measured values and verdicts masked.
+
+    Two runs with the same scale and seed have equal stable views (and, with no volatile claim,
+    byte-identical files).
+    """
+    out = json.loads(json.dumps(data))
+    for claim in out.get("claims", []):
+        if claim.get("volatile"):
+            claim["measured"] = claim["verdict"] = "<volatile>"
+            claim["details"] = {}
+    out.pop("summary", None)
+    return out
+
+
 def verdict_badge(verdict: str) -> str:
     """HTML badge for a verdict (styled by the book's ``_static/compendium.css``)."""
     label = {"pass": "pass", "fail": "fail", "not_checkable": "not checkable",
@@ -456,6 +484,8 @@ def render_html(claims: list[dict]) -> str:
     body = []
     for c in claims:
         note = f'<br><small>{escape(c["note"])}</small>' if c.get("note") else ""
+        if c.get("volatile"):
+            note += "<br><small><em>wall-clock measurement: varies between runs and machines</em></small>"
         cells = [
             f"<code>{escape(c['id'])}</code>",
             escape(c["statement"]) + note,

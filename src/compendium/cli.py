@@ -217,13 +217,13 @@ def cmd_asset(args) -> int:
 
 
 def current_verdicts(plan: Plan) -> dict:
-    """``{slug: {claim: verdict}}`` from the finished chapters of ``plan.scale``."""
+    """``{slug: {claim: verdict}}`` from the finished chapters of ``plan.scale`` (volatile ones left out)."""
     out = {}
     for entry in plan.registry.ready:
         claims = paths.ROOT / plan.chapter_outputs(entry.slug)["claims"]
         if claims.is_file():
             data = json.loads(claims.read_text(encoding="utf-8"))
-            out[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"]}
+            out[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"] if not c.get("volatile")}
     return out
 
 
