@@ -1,0 +1,208 @@
+"""The chapter's experiment: evaluate the asset's models and baselines, audit, score the audit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.ensemble import GradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score, roc_curve
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from ...runtime import make_rng
+from . import audit, metrics
+from .model import MODEL_KINDS, load_asset, predict
+
+ASSET_NAME = "tabular_lm_miniature"
+STANDARD_TYPES = ("binary", "categorical")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Parameters of one run (names match the notebook's parameters cell).
+
+    Parameters
+    ----------
+    bootstrap_resamples : int in [200, 100000], resamples for the CI of the median clean lift.
+    near_duplicate_tolerance : float in (0, 2], RMS z-distance under which a row is a near duplicate.
+    leakage_threshold : float in [0.5, 1], single-column accuracy at which a task is flagged.
+    round_digits : int in [1, 8], significant digits of the canonical row hash.
+    gbm_estimators : int in [10, 1000], trees of the gradient-boosting baseline.
+    seed : int, seeds the bootstrap and the gradient-boosting baseline.
+    """
+
+    bootstrap_resamples: int = 2000
+    near_duplicate_tolerance: float = 0.1
+    leakage_threshold: float = 0.99
+    round_digits: int = 3
+    gbm_estimators: int = 30
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "bootstrap_resamples": 200 <= self.bootstrap_resamples <= 100_000,
+            "near_duplicate_tolerance": 0 < self.near_duplicate_tolerance <= 2,
+            "leakage_threshold": 0.5 <= self.leakage_threshold <= 1,
+            "round_digits": 1 <= self.round_digits <= 8,
+            "gbm_estimators": 10 <= self.gbm_estimators <= 1000,
+            "seed": 0 <= self.seed < 2**32,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"Config.{name} = {getattr(self, name)!r} is out of range (see the docstring)")
+
+
+@dataclass(frozen=True)
+class Result:
+    """Per-task table, per-row detector scores, and the chapter's summary metrics."""
+
+    tasks: pd.DataFrame
+    near_rows: pd.DataFrame
+    metrics: dict
+    training_losses: dict
+
+
+def classical_accuracies(task, gbm_estimators: int, seed: int) -> tuple[float, float]:
+    """Test accuracy of logistic regression and gradient boosting fitted on the task's train split."""
+    lr = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(task.x_train, task.y_train)
+    gbm = GradientBoostingClassifier(n_estimators=gbm_estimators, max_depth=2, random_state=seed)
+    gbm.fit(task.x_train, task.y_train)
+    return float(lr.score(task.x_test, task.y_test)), float(gbm.score(task.x_test, task.y_test))
+
+
+def model_accuracies(models, vocab, tasks) -> tuple[np.ndarray, np.ndarray]:
+    """Exact-match accuracy and valid-answer rate per model seed and task, each (n_seeds, n_tasks).
+
+    An answer is *valid* when it is one of the task's options (whatever its correctness).
+    """
+    prompts = [p for t in tasks for p in t.prompts()]
+    truth = np.concatenate([t.y_test for t in tasks])
+    options = [set(t.options) for t in tasks for _ in t.y_test]
+    bounds = np.cumsum([0] + [len(t.y_test) for t in tasks])
+    accs, valid = [], []
+    for model in models:
+        answers = predict(model, vocab, prompts)
+        hit = np.asarray(answers) == truth
+        ok = np.array([a in o for a, o in zip(answers, options)])
+        accs.append([hit[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:])])
+        valid.append([ok[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:])])
+    return np.array(accs), np.array(valid)
+
+
+def _roc(labels, scores) -> dict:
+    """ROC curve and AUC; NaN AUC (and an empty curve) when only one class is present."""
+    labels = np.asarray(labels, dtype=bool)
+    if labels.all() or not labels.any():
+        return {"fpr": np.array([]), "tpr": np.array([]), "auc": float("nan")}
+    fpr, tpr, _ = roc_curve(labels, scores)
+    return {"fpr": fpr, "tpr": tpr, "auc": float(roc_auc_score(labels, scores))}
+
+
+def _or_nan(ratio, *accuracies) -> float:
+    """A ratio of mean accuracies, NaN where it is undefined (no gap, no reference accuracy)."""
+    if any(np.isnan(a) for a in accuracies):
+        return float("nan")
+    try:
+        return ratio(*accuracies)
+    except ValueError:
+        return float("nan")
+
+
+def _mean(values) -> float:
+    values = np.asarray(values, dtype=float)
+    return float(values.mean()) if values.size else float("nan")
+
+
+def run(config: Config, asset_directory: str | Path) -> Result:
+    """Evaluate the ``tabular_lm_miniature`` asset in ``asset_directory`` for ``config``."""
+    asset = load_asset(Path(asset_directory))
+    tasks, key = asset["tasks"], asset["key"]
+    frame = pd.DataFrame({
+        "task": [t.name for t in tasks], "source": [t.source for t in tasks], "type": [t.task_type for t in tasks],
+        "overlap": [key["overlap"].get(t.name, "") for t in tasks], "leak": [t.name in key["leak"] for t in tasks],
+    })
+    frame["group"] = np.where(frame.overlap != "", "overlap", np.where(frame.leak, "leak", "clean"))
+    frame["majority"] = [metrics.majority_baseline(t.y_test)[1] for t in tasks]
+    per_seed = {}
+    for kind in MODEL_KINDS:
+        per_seed[kind], valid = model_accuracies(asset["models"][kind], asset["vocab"], tasks)
+        frame[f"acc_{kind}"], frame[f"valid_{kind}"] = per_seed[kind].mean(axis=0), valid.mean(axis=0)
+        frame[f"lift_{kind}"] = metrics.lift(frame[f"acc_{kind}"].to_numpy(), frame.majority.to_numpy())
+    classical = np.array([classical_accuracies(t, config.gbm_estimators, config.seed) for t in tasks])
+    frame["acc_lr"], frame["acc_gbm"] = classical[:, 0], classical[:, 1]
+    frame["lift_lr"] = frame.acc_lr - frame.majority
+    frame["lift_gbm"] = frame.acc_gbm - frame.majority
+
+    # -- the audit (detectors read the pool text and the tables, never the key)
+    pool_tables, records = audit.parse_documents(asset["pool"])
+    hashes = audit.pool_hashes(records, config.round_digits)
+    audits = [audit.audit_task(t, pool_tables, hashes, near_duplicate_tolerance=config.near_duplicate_tolerance,
+                               leakage_threshold=config.leakage_threshold, round_digits=config.round_digits)
+              for t in tasks]
+    frame["exact_rows_flagged"] = [int(a["exact"].sum()) for a in audits]
+    frame["near_rows_flagged"] = [int((a["near_distance"] <= config.near_duplicate_tolerance).sum()) for a in audits]
+    frame["leakage_score"] = [a["leakage"]["score"] for a in audits]
+    frame["leakage_flagged"] = [a["leakage"]["flagged"] for a in audits]
+    frame["leakage_after_dedup"] = [a["leakage_after_dedup"]["flagged"] for a in audits]
+
+    # -- scoring the audit against the key
+    n_test = [len(t.y_test) for t in tasks]
+    mode_rows = np.repeat(frame.overlap.to_numpy(), n_test)
+    exact_flags = np.concatenate([a["exact"] for a in audits])
+    exact_truth = mode_rows == "exact"
+    distance = np.concatenate([a["near_distance"] for a in audits])
+    near_rows = pd.DataFrame({"task": np.repeat(frame.task.to_numpy(), n_test), "mode": mode_rows, "distance": distance})
+    near_rows = near_rows[near_rows["mode"] != "exact"].reset_index(drop=True)  # exact copies are the other detector's
+    near_truth = (near_rows["mode"] == "near").to_numpy()
+    near_flags = (near_rows.distance <= config.near_duplicate_tolerance).to_numpy()
+    finite = np.where(np.isfinite(near_rows.distance), near_rows.distance, 1e6)
+    leak_truth, leak_flags = frame.leak.to_numpy(), frame.leakage_flagged.to_numpy()
+    leak_tasks = frame[frame.leak]
+    survived = (leak_tasks.exact_rows_flagged == 0) & leak_tasks.leakage_after_dedup
+
+    # -- finding 1: lift on clean vs contaminated standard tasks, top decile enrichment
+    standard = frame.type.isin(STANDARD_TYPES)
+    clean_lifts = frame.lift_tlm[standard & (frame.group == "clean")].to_numpy()
+    contaminated_lifts = frame.lift_tlm[standard & (frame.group == "overlap")].to_numpy()
+    ci = metrics.bootstrap_ci(clean_lifts, make_rng(config.seed, 2), resamples=config.bootstrap_resamples)
+    enrichment = metrics.top_fraction_enrichment(frame.lift_tlm.to_numpy(), (frame.group == "overlap").to_numpy(), 0.1)
+
+    # -- finding 3: instruction-only recovery on standard tasks, format familiarity on quartile tasks
+    quartile = frame.type == "quartile"
+    clean_q = quartile & (frame.group == "clean")
+    summary = {
+        "exact_recall": _mean(exact_flags[exact_truth]),
+        "exact_precision": float(exact_truth[exact_flags].mean()) if exact_flags.any() else float("nan"),
+        "exact_injected_rows": int(exact_truth.sum()),
+        "near_recall": _mean(near_flags[near_truth]),
+        "near_false_positive_rate": _mean(near_flags[~near_truth]),
+        "near_injected_rows": int(near_truth.sum()), "near_negative_rows": int((~near_truth).sum()),
+        "near_roc": _roc(near_truth, -finite),
+        "leak_recall": _mean(leak_flags[leak_truth]),
+        "leak_false_positive_rate": _mean(leak_flags[~leak_truth]),
+        "leak_roc": _roc(leak_truth, frame.leakage_score.to_numpy()),
+        "leak_survival": _mean(survived), "leak_tasks": int(len(leak_tasks)),
+        "clean_median_lift": float(np.median(clean_lifts)), "clean_ci": ci, "clean_tasks": int(clean_lifts.size),
+        "clean_near_zero": bool(ci[0] <= 0 <= ci[1] or ci[1] < 0.02),
+        "contaminated_median_lift": float(np.median(contaminated_lifts)),
+        "contaminated_tasks": int(contaminated_lifts.size),
+        "top_decile": enrichment,
+        "recovery_ratio": _or_nan(metrics.recovery_ratio, frame.acc_base[standard].mean(), frame.acc_tlm[standard].mean()),
+        "gap_closure": _or_nan(metrics.gap_closure, frame.acc_base[quartile].mean(), frame.acc_base_q[quartile].mean(),
+                               frame.acc_tlm[quartile].mean()),
+        "gap_closure_clean": _or_nan(metrics.gap_closure, frame.acc_base[clean_q].mean(),
+                                     frame.acc_base_q[clean_q].mean(), frame.acc_tlm[clean_q].mean()),
+        "recovery_ratio_per_seed": [
+            _or_nan(metrics.recovery_ratio, b[standard].mean(), m[standard].mean())
+            for b, m in zip(per_seed["base"], per_seed["tlm"])],
+        "gap_closure_per_seed": [
+            _or_nan(metrics.gap_closure, b[quartile].mean(), q[quartile].mean(), m[quartile].mean())
+            for b, q, m in zip(per_seed["base"], per_seed["base_q"], per_seed["tlm"])],
+        "median_lift_by_type": {kind: metrics.median_lift_by_type(frame[f"lift_{kind}"], frame.type)
+                                for kind in (*MODEL_KINDS, "lr", "gbm")},
+    }
+    return Result(frame, near_rows, summary, asset["metrics"]["losses"])

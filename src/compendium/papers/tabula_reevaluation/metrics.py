@@ -1,0 +1,127 @@
+"""Evaluation arithmetic: majority baselines, lift, recovery ratio, gap closure, bootstrap, enrichment.
+
+Everything here is plain NumPy/SciPy on accuracies; nothing knows about models or tables.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import scipy.stats
+
+
+def majority_baseline(y_test: Sequence[str]) -> tuple[str, float]:
+    """The majority class of the test split and its accuracy there.
+
+    The paper computes the majority baseline on the evaluation split, which makes it the best
+    constant answer for that split: a model without skill cannot beat it on average. Ties
+    between equally frequent classes go to the smallest label in sorted order, so the baseline
+    never depends on row order.
+
+    Parameters
+    ----------
+    y_test : sequence of str, shape (n_test,)
+
+    Returns
+    -------
+    label : str
+    accuracy : float, fraction of ``y_test`` equal to ``label``.
+    """
+    if len(y_test) == 0:
+        raise ValueError("majority_baseline needs non-empty test labels")
+    counts = Counter(str(y) for y in y_test)
+    top = max(counts.values())
+    label = min(k for k, c in counts.items() if c == top)
+    return label, top / len(y_test)
+
+
+def lift(accuracy_model, accuracy_majority):
+    """Lift over the majority class: ``acc_model - acc_majority`` (elementwise, in accuracy units)."""
+    a = np.asarray(accuracy_model, dtype=float)
+    b = np.asarray(accuracy_majority, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"accuracies must have one shape, got {a.shape} and {b.shape}")
+    if np.any((a < 0) | (a > 1) | (b < 0) | (b > 1)):
+        raise ValueError("accuracies must lie in [0, 1]")
+    out = a - b
+    return float(out) if out.ndim == 0 else out
+
+
+def median_lift_by_type(lifts: Sequence[float], task_types: Sequence[str]) -> dict[str, float]:
+    """Median lift per task type (``{'binary': ..., 'categorical': ..., 'quartile': ...}``)."""
+    lifts = np.asarray(lifts, dtype=float)
+    task_types = np.asarray(task_types, dtype=str)
+    if lifts.shape != task_types.shape:
+        raise ValueError("lifts and task_types must have the same length")
+    return {t: float(np.median(lifts[task_types == t])) for t in sorted(set(task_types.tolist()))}
+
+
+def recovery_ratio(accuracy_without: float, accuracy_with: float) -> float:
+    """Share of performance recovered without tabular pretraining: ``acc_without / acc_with``."""
+    if accuracy_with <= 0:
+        raise ValueError(f"the reference accuracy must be positive, got {accuracy_with}")
+    return float(accuracy_without) / float(accuracy_with)
+
+
+def gap_closure(base: float, augmented: float, target: float) -> float:
+    """Fraction of the gap ``target - base`` that ``augmented`` closes: ``(aug - base)/(target - base)``."""
+    if target == base:
+        raise ValueError("gap_closure is undefined when target equals base (no gap)")
+    return (float(augmented) - float(base)) / (float(target) - float(base))
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    rng: np.random.Generator,
+    *,
+    statistic: Callable[[np.ndarray], np.ndarray] = np.median,
+    resamples: int = 2000,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of ``statistic`` (resampling the values).
+
+    Parameters
+    ----------
+    values : (n,) floats, n >= 2
+    rng : numpy Generator (explicit, so the interval is reproducible)
+    statistic : function applied along ``axis=1`` of a (resamples, n) array
+    resamples : int >= 100
+    level : float in (0, 1)
+    """
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.size < 2:
+        raise ValueError("bootstrap_ci needs a 1-D array of at least two values")
+    if resamples < 100 or not 0 < level < 1:
+        raise ValueError("bootstrap_ci needs resamples >= 100 and level in (0, 1)")
+    idx = rng.integers(0, values.size, size=(resamples, values.size))
+    stats = statistic(values[idx], axis=1)  # (resamples,)
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(stats, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def top_fraction_enrichment(scores: Sequence[float], flagged: Sequence[bool], fraction: float = 0.1) -> dict:
+    """How over-represented ``flagged`` items are among the top ``fraction`` by score.
+
+    Ties are broken by position (a stable sort), so the result is deterministic. The p-value is the
+    one-sided hypergeometric tail ``P(X >= hits)`` for a draw of ``n_top`` items without
+    replacement from the whole list.
+
+    Returns
+    -------
+    dict with ``n_top``, ``hits``, ``share`` (hits/n_top), ``base_rate`` and ``p_value``.
+    """
+    scores = np.asarray(scores, dtype=float)
+    flagged = np.asarray(flagged, dtype=bool)
+    if scores.shape != flagged.shape or scores.ndim != 1 or scores.size == 0:
+        raise ValueError("scores and flagged must be 1-D and of one length")
+    if not 0 < fraction <= 1:
+        raise ValueError("fraction must lie in (0, 1]")
+    n = scores.size
+    n_top = int(np.ceil(fraction * n - 1e-9))
+    order = np.argsort(-scores, kind="stable")[:n_top]
+    hits = int(flagged[order].sum())
+    p = float(scipy.stats.hypergeom.sf(hits - 1, n, int(flagged.sum()), n_top))
+    return {"n_top": n_top, "hits": hits, "share": hits / n_top, "base_rate": float(flagged.mean()), "p_value": p}

@@ -1,0 +1,214 @@
+"""Tests for compendium.papers.tabula_reevaluation: shapes, properties, references, tiny builds and runs."""
+
+import filecmp
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from compendium.papers import tabula_reevaluation as paper
+from compendium.papers.tabula_reevaluation import audit, model, tables
+
+TINY = paper.AssetConfig(
+    n_tasks=9, n_train=16, n_test=6, overlap_fraction=0.25, leak_fraction=0.34, copies=2, pool_tables=3,
+    pool_rows=10, instruction_examples=400, model_seeds=1, d_model=16, n_layers=1, n_heads=2,
+    base_steps=4, quartile_steps=3, tlm_steps=6, batch_size=8,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_asset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_asset")
+    paper.build_asset_with(out, TINY, seed=3)
+    return out
+
+
+# ----------------------------------------------------------------------------- shapes
+def test_serialization_round_trip_and_tokens():
+    line = paper.serialize_row(["alcohol", "hue"], [13.2, -0.00501], ("yes", "no"), "yes")
+    assert line == "opts yes no ; alcohol 13.2 , hue -0.00501 ; target yes"
+    options, cells, label = paper.parse_serialized_row(line)
+    assert options == ("yes", "no") and cells == {"alcohol": "13.2", "hue": "-0.00501"} and label == "yes"
+    assert paper.tokenize("a 12345.0052") == ["a", "123", "45", ".", "005", "2"]  # Llama-3-style digit groups
+    with pytest.raises(ValueError):
+        paper.parse_serialized_row("alcohol 13.2")
+
+
+def test_model_and_detector_shapes():
+    cfg = model.ModelConfig(vocab_size=50, block_size=12, d_model=16, n_layers=1, n_heads=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = model.TinyCausalLM(cfg)
+    ids = torch.randint(2, 50, (3, 10))
+    assert net(ids).shape == (3, 10, 50)
+    assert net(ids, positions=torch.tensor([9, 4, 0])).shape == (3, 50)
+    with pytest.raises(ValueError):
+        net(torch.zeros(1, 13, dtype=torch.long))
+    rng = np.random.default_rng(0)
+    ref = audit.ReferenceTable(("a", "b"), rng.normal(size=(7, 2)))
+    assert paper.near_duplicate_distance(["a", "b"], rng.normal(size=(5, 2)), [ref]).shape == (5,)
+    assert np.isinf(paper.near_duplicate_distance(["a", "c"], rng.normal(size=(5, 2)), [ref])).all()
+
+
+# ----------------------------------------------------------------------------- properties
+def test_metric_arithmetic_known_values():
+    assert paper.lift(0.62, 0.55) == pytest.approx(0.07, abs=1e-15)
+    assert paper.recovery_ratio(0.461, 0.500) == pytest.approx(0.922, abs=1e-15)
+    assert paper.gap_closure(0.30, 0.4426, 0.50) == pytest.approx(0.713, abs=1e-12)
+    assert paper.median_lift_by_type([0.1, -0.2, 0.3, 0.0], ["binary", "binary", "quartile", "quartile"]) == \
+        pytest.approx({"binary": -0.05, "quartile": 0.15})
+    with pytest.raises(ValueError):
+        paper.gap_closure(0.5, 0.6, 0.5)
+    with pytest.raises(ValueError):
+        paper.lift(1.2, 0.5)
+
+
+def test_lift_is_zero_for_the_majority_predictor_and_ties_are_deterministic():
+    y_test = np.array(["yes", "no", "a", "yes", "no", "a"])  # a three-way tie
+    label, acc = paper.majority_baseline(y_test)
+    assert label == "a" and acc == pytest.approx(1 / 3)
+    assert paper.majority_baseline(y_test[::-1]) == (label, acc)
+    predictions = np.full(y_test.shape, label)
+    assert paper.lift(float(np.mean(predictions == y_test)), acc) == 0.0
+    for constant in ("yes", "no", "maybe"):  # no constant answer beats the test-split majority
+        assert float(np.mean(np.full(y_test.shape, constant) == y_test)) - acc <= 0.0
+
+
+def test_canonical_hash_ignores_order_and_formatting_but_not_values():
+    h = paper.canonical_row_hash({"Alcohol": "13.2", "hue": 1.0}, "yes")
+    assert paper.canonical_row_hash({"hue": "1.00", "alcohol": 13.20}, "yes") == h
+    assert paper.canonical_row_hash({"hue": "1.00", "alcohol": 13.3}, "yes") != h
+    assert paper.canonical_row_hash({"hue": "1.00", "alcohol": 13.2}, "no") != h
+    docs = tables.contamination_documents(np.random.default_rng(0), _toy_task(), "exact", copies=3)
+    _, records = audit.parse_documents(docs)
+    hashes = [paper.canonical_row_hash(c, lab) for doc in records for c, lab in doc]
+    assert len(set(hashes)) == len(_toy_task().y_test)  # three formats of each row, one hash
+
+
+def test_quartile_edges_are_fitted_on_train_only():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(40, 3)), rng.normal(size=40)
+    task = tables.make_task(np.random.default_rng(2), "t", "s", "quartile", x, y, ["a", "b", "c"], n_test=10)
+    y_shifted = y.copy()
+    test_rows = np.random.default_rng(2).permutation(40)[:10]
+    y_shifted[test_rows] += 100.0  # move the test targets far away
+    shifted = tables.make_task(np.random.default_rng(2), "t", "s", "quartile", x, y_shifted, ["a", "b", "c"], n_test=10)
+    assert np.array_equal(task.y_train, shifted.y_train)  # train labels (and edges) unchanged
+    assert set(shifted.y_test) == {"q4"}
+    assert sorted(np.unique(task.y_train, return_counts=True)[1]) == [7, 7, 8, 8]
+
+
+def test_near_duplicate_distance_is_unit_invariant_and_zero_on_copies():
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(12, 3)) * [1.0, 50.0, 0.01]
+    ref = audit.ReferenceTable(("x", "y", "z"), values * [1.0, 100.0, 1.0])  # y in other units
+    d = paper.near_duplicate_distance(["z", "x", "y"], values[:, [2, 0, 1]], [ref])
+    assert np.allclose(d, 0.0, atol=1e-12)
+
+
+def test_leakage_detector_finds_a_recoded_target_and_not_noise():
+    rng = np.random.default_rng(4)
+    y = rng.choice(["a", "b", "c"], size=60)
+    codes = {"a": 17.0, "b": 42.0, "c": 5.0}
+    x = np.column_stack([rng.normal(size=60), [codes[v] for v in y], rng.normal(size=60)])
+    out = paper.single_feature_leakage(x, y, 0.99)
+    assert out == {"score": 1.0, "column": 1, "flagged": True}
+    assert not paper.single_feature_leakage(x[:, [0, 2]], y, 0.99)["flagged"]
+
+
+# ----------------------------------------------------------------------------- references
+def test_near_duplicate_distance_matches_a_loop():
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(4, 2))
+    refs = [audit.ReferenceTable(("a", "b", "c"), rng.normal(size=(5, 3))),
+            audit.ReferenceTable(("b", "a"), rng.normal(size=(3, 2)))]
+    fast = paper.near_duplicate_distance(["a", "b"], q, refs)
+    zq = (q - q.mean(0)) / q.std(0)
+    slow = []
+    for row in zq:
+        best = np.inf
+        for ref in refs:
+            cols = [ref.names.index("a"), ref.names.index("b")]
+            z = (ref.values[:, cols] - ref.values[:, cols].mean(0)) / ref.values[:, cols].std(0)
+            for other in z:
+                best = min(best, math.sqrt(sum((row[j] - other[j]) ** 2 for j in range(2)) / 2))
+        slow.append(best)
+    assert np.allclose(fast, slow, atol=1e-12)
+
+
+def test_top_decile_p_value_matches_brute_force_enumeration():
+    scores = np.array([9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -1, -2], dtype=float)
+    flagged = np.array([1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0], dtype=bool)
+    out = paper.top_fraction_enrichment(scores, flagged, fraction=0.2)  # top ceil(2.4) = 3
+    assert (out["n_top"], out["hits"]) == (3, 2)
+    draws = list(itertools.combinations(range(12), 3))
+    brute = sum(flagged[list(d)].sum() >= 2 for d in draws) / len(draws)
+    assert out["p_value"] == pytest.approx(brute, rel=1e-12)
+
+
+def test_read_out_at_answer_slots_matches_the_full_forward_and_ignores_padding():
+    cfg = model.ModelConfig(vocab_size=40, block_size=16, d_model=16, n_layers=2, n_heads=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        net = model.TinyCausalLM(cfg).eval()
+    ids = torch.randint(2, 40, (4, 12))
+    lengths = torch.tensor([12, 7, 3, 9])
+    with torch.no_grad():
+        full = net(ids)[torch.arange(4), lengths - 1]
+        fast = model.answer_logits(net, ids, lengths)
+        padded = ids.clone()
+        padded[1, 7:] = 0  # right padding after the prompt must not change its answer logits
+        again = model.answer_logits(net, padded, lengths)
+    assert torch.allclose(full, fast, atol=1e-6) and torch.allclose(fast, again, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- tiny builds and runs
+def test_builder_is_deterministic_and_complete(tiny_asset, tmp_path):
+    paper.build_asset_with(tmp_path, TINY, seed=3)
+    for name in ("benchmark.json", "contamination_key.json", "vocab.json", "metrics.json", "model_config.json"):
+        assert filecmp.cmp(tiny_asset / name, tmp_path / name, shallow=False), name
+    for kind in model.MODEL_KINDS:
+        a, b = torch.load(tiny_asset / f"{kind}_0.pt"), torch.load(tmp_path / f"{kind}_0.pt")
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    loaded = paper.load_asset(tiny_asset)
+    assert len(loaded["tasks"]) == TINY.n_tasks
+    assert len(loaded["key"]["overlap"]) == 3 and len(loaded["key"]["leak"]) == 3
+    with pytest.raises(ValueError):
+        paper.build_asset(tmp_path, "huge", 0)
+
+
+def test_tiny_run_is_deterministic(tiny_asset):
+    config = paper.Config(bootstrap_resamples=200, gbm_estimators=10)
+    first, second = paper.run(config, tiny_asset), paper.run(config, tiny_asset)
+    assert first.tasks.equals(second.tasks)
+    assert first.tasks.shape[0] == TINY.n_tasks
+    assert set(first.tasks.group) == {"clean", "overlap", "leak"}
+    m = first.metrics
+    assert m["exact_recall"] == 1.0 and m["exact_precision"] == 1.0  # injected exact copies, hashed
+    assert m["leak_recall"] == 1.0 and m["leak_survival"] == 1.0
+    assert m["clean_ci"] == second.metrics["clean_ci"]
+    assert ((first.tasks.acc_tlm >= 0) & (first.tasks.acc_tlm <= 1)).all()
+
+
+@pytest.mark.parametrize("bad", [
+    {"bootstrap_resamples": 10}, {"near_duplicate_tolerance": 0.0}, {"leakage_threshold": 1.5},
+    {"round_digits": 0}, {"gbm_estimators": 5}, {"seed": -1},
+])
+def test_bad_config_raises(bad):
+    with pytest.raises(ValueError):
+        paper.Config(**bad)
+
+
+def test_bad_asset_config_raises():
+    with pytest.raises(ValueError):
+        paper.AssetConfig(n_tasks=3)
+    with pytest.raises(ValueError):
+        paper.AssetConfig(overlap_fraction=0.8, leak_fraction=0.3)
+
+
+def _toy_task():
+    x = np.array([[1.5, 20.0], [2.25, 30.5], [3.0, 41.0]])
+    return tables.Task("toy", "s", "binary", ("alpha", "beta"),
+                       x, np.array(["yes", "no", "yes"]), x, np.array(["yes", "no", "no"]))
