@@ -65,6 +65,41 @@ def test_metric_arithmetic_known_values():
         paper.lift(1.2, 0.5)
 
 
+def test_median_difference_ci_known_values_shift_equivariance_and_a_loop():
+    from compendium.runtime import make_rng
+
+    a, b = np.array([0.3, 0.1, 0.2, 0.5]), np.array([0.0, -0.1, 0.05])
+    out = paper.median_difference_ci(a, b, make_rng(0, 1), resamples=500)
+    assert out["median_a"] == pytest.approx(0.25) and out["median_b"] == pytest.approx(0.0)
+    assert out["difference"] == pytest.approx(0.25)
+    lo, hi = out["ci"]
+    assert lo <= hi and min(a) - max(b) <= lo and hi <= max(a) - min(b)
+    # constant groups: every resample gives the same difference
+    assert paper.median_difference_ci([1.0, 1.0, 1.0], [0.2, 0.2], make_rng(0), resamples=200)["ci"] == \
+        pytest.approx((0.8, 0.8))
+    # shifting one group shifts the interval by the same amount (same generator state)
+    shifted = paper.median_difference_ci(a + 0.4, b, make_rng(0, 1), resamples=500)
+    assert shifted["ci"] == pytest.approx((lo + 0.4, hi + 0.4))
+    # reference: an explicit loop over resamples with the same draws
+    rng = make_rng(0, 1)
+    ia, ib = rng.integers(0, a.size, size=(500, a.size)), rng.integers(0, b.size, size=(500, b.size))
+    diffs = [np.median(a[i]) - np.median(b[j]) for i, j in zip(ia, ib)]
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(diffs, [0.025, 0.975])))
+    with pytest.raises(ValueError):
+        paper.median_difference_ci([0.1], b, make_rng(0))
+    with pytest.raises(ValueError):
+        paper.median_difference_ci(a, b, make_rng(0), resamples=10)
+
+
+def test_lift_share_known_values_and_undefined_totals():
+    assert paper.lift_share([0.3, 0.1, -0.1, 0.2], [True, False, False, True]) == pytest.approx(0.5 / 0.5)
+    assert paper.lift_share([0.1, 0.3], [True, False]) == pytest.approx(0.25)
+    assert math.isnan(paper.lift_share([0.1, -0.1], [True, False]))
+    assert math.isnan(paper.lift_share([-0.2, 0.1], [False, True]))
+    with pytest.raises(ValueError):
+        paper.lift_share([0.1, 0.2], [True])
+
+
 def test_lift_is_zero_for_the_majority_predictor_and_ties_are_deterministic():
     y_test = np.array(["yes", "no", "a", "yes", "no", "a"])  # a three-way tie
     label, acc = paper.majority_baseline(y_test)

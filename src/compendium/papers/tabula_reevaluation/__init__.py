@@ -16,6 +16,8 @@ Equations implemented
 
     lift_d          = acc_model,d - acc_majority,d          (majority class of the test split)
     median lift     = median_d lift_d over the tasks d of one type
+    type contrast   median(lift | quartile) - median(lift | binary, categorical), two-sample bootstrap
+    lift share      sum_{d quartile} lift_d / sum_d lift_d                      (total lift > 0)
     recovery ratio  R = acc(no tabular training) / acc(TLM)                      (standard tasks)
     gap closure     G = (acc(+format) - acc(no tabular)) / (acc(TLM) - acc(no tabular))  (quartile)
     top decile      P(X >= hits), X ~ Hypergeom(N tasks, K contaminated, n = ceil(N/10))
@@ -58,7 +60,9 @@ from .metrics import (
     bootstrap_ci,
     gap_closure,
     lift,
+    lift_share,
     majority_baseline,
+    median_difference_ci,
     median_lift_by_type,
     recovery_ratio,
     top_fraction_enrichment,
@@ -69,7 +73,7 @@ from .tables import parse_serialized_row, quartile_edges, quartile_labels, seria
 __all__ = [
     "ASSET_NAME", "ASSET_SCALES", "AssetConfig", "Config", "Result", "bootstrap_ci", "build_asset",
     "build_asset_with", "canonical_row_hash", "classical_accuracies", "exact_overlap", "gap_closure",
-    "lift", "load_asset", "majority_baseline", "median_lift_by_type", "near_duplicate_distance",
+    "lift", "lift_share", "load_asset", "majority_baseline", "median_difference_ci", "median_lift_by_type", "near_duplicate_distance",
     "parse_serialized_row", "quartile_edges", "quartile_labels", "recovery_ratio", "run",
     "serialize_row", "single_feature_leakage", "tokenize", "top_fraction_enrichment", "zscore_columns",
 ]

@@ -102,6 +102,59 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+def median_difference_ci(
+    values_a: Sequence[float],
+    values_b: Sequence[float],
+    rng: np.random.Generator,
+    *,
+    resamples: int = 2000,
+    level: float = 0.95,
+) -> dict:
+    """``median(a) - median(b)`` with a two-sample percentile bootstrap interval.
+
+    The two groups are independent (different tasks), so each is resampled with replacement
+    within itself, ``resamples`` times, and the difference of medians is taken per resample.
+
+    Parameters
+    ----------
+    values_a : (n_a,) floats, n_a >= 2
+    values_b : (n_b,) floats, n_b >= 2
+    rng : numpy Generator (explicit, so the interval is reproducible)
+    resamples : int >= 100
+    level : float in (0, 1)
+
+    Returns
+    -------
+    dict with ``difference`` (on the data), ``ci`` (low, high), ``median_a``, ``median_b``.
+    """
+    a = np.asarray(values_a, dtype=float)
+    b = np.asarray(values_b, dtype=float)
+    if a.ndim != 1 or b.ndim != 1 or a.size < 2 or b.size < 2:
+        raise ValueError("median_difference_ci needs two 1-D arrays of at least two values each")
+    if resamples < 100 or not 0 < level < 1:
+        raise ValueError("median_difference_ci needs resamples >= 100 and level in (0, 1)")
+    med_a = np.median(a[rng.integers(0, a.size, size=(resamples, a.size))], axis=1)  # (resamples,)
+    med_b = np.median(b[rng.integers(0, b.size, size=(resamples, b.size))], axis=1)  # (resamples,)
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(med_a - med_b, [alpha, 1 - alpha])
+    return {"difference": float(np.median(a) - np.median(b)), "ci": (float(lo), float(hi)),
+            "median_a": float(np.median(a)), "median_b": float(np.median(b))}
+
+
+def lift_share(lifts: Sequence[float], members: Sequence[bool]) -> float:
+    """Share of the summed lift that comes from ``members``: ``sum(lift[members]) / sum(lift)``.
+
+    Only meaningful when the total lift is positive; NaN when it is not (a share of a zero or
+    negative total says nothing about where the strength comes from).
+    """
+    lifts = np.asarray(lifts, dtype=float)
+    members = np.asarray(members, dtype=bool)
+    if lifts.shape != members.shape or lifts.ndim != 1:
+        raise ValueError("lifts and members must be 1-D and of one length")
+    total = lifts.sum()
+    return float(lifts[members].sum() / total) if total > 0 else float("nan")
+
+
 def top_fraction_enrichment(scores: Sequence[float], flagged: Sequence[bool], fraction: float = 0.1) -> dict:
     """How over-represented ``flagged`` items are among the top ``fraction`` by score.
 
