@@ -34,8 +34,11 @@ Small-scale deviations
   knowledge or code benchmarks; training stops at the first dev check with greedy accuracy >= 50%
   so pass@n has headroom.
 - The head size is fixed (``h = k / 2``), the pool is the next ``m`` ranks; the paper's exact rule
-  is not in the sources we had. The verifier is the model's own answer likelihood under
-  standard routing (and majority vote), not a trained reward model.
+  is not in the sources we had. The Best-of-N verifier is a small MLP trained here
+  (:mod:`.verifier`) on one-hot problem and candidate tokens, fit to answers the MoE sampled on
+  400 train-split problems and labelled by exact checking; it is not a reward model of the
+  paper's kind. (An earlier version of this chapter used the model's own answer likelihood; that
+  score is still reported beside it.)
 """
 
 from .experiment import (Config, Result, frontier_gap, kernel_check, paired_difference, pass_at_k_error,
@@ -43,10 +46,12 @@ from .experiment import (Config, Result, frontier_gap, kernel_check, paired_diff
 from .model import MoEConfig, TinyMoELM, build_asset, load_models, splits, topk_router, train
 from .sampling import (RoutingPolicy, answer_loglik, best_of_n, distinct_rate, majority_vote, pass_at_k,
                        pass_at_k_brute_force, router_profile, sample_answers)
+from .verifier import Verifier, VerifierSettings, auc, auc_bootstrap, train_verifier, verifier_features, verifier_scores
 
 __all__ = [
     "Config", "Result", "run", "build_asset", "load_models", "MoEConfig", "TinyMoELM", "splits", "topk_router",
     "train", "RoutingPolicy", "sample_answers", "pass_at_k", "pass_at_k_brute_force", "best_of_n",
     "majority_vote", "answer_loglik", "distinct_rate", "router_profile", "paired_difference", "frontier_gap",
-    "plackett_luce_check", "pass_at_k_error", "routing_invariants", "kernel_check",
+    "plackett_luce_check", "pass_at_k_error", "routing_invariants", "kernel_check", "Verifier", "VerifierSettings",
+    "train_verifier", "verifier_features", "verifier_scores", "auc", "auc_bootstrap",
 ]

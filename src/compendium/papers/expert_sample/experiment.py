@@ -19,6 +19,9 @@ from .model import PROMPT_LEN, TinyMoELM, answer_code, splits
 from .sampling import (RoutingPolicy, answer_loglik, best_of_n, distinct_rate, majority_vote,
                        pass_at_k, pass_at_k_brute_force, pass_at_k_per_problem, router_profile,
                        sample_answers)
+from .verifier import auc, auc_bootstrap, train_verifier, verifier_features, verifier_scores
+
+VERIFIER_TRAIN_PROBLEMS = 400  # train-split problems whose sampled answers train the verifier (both scales)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,11 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
     T=0), ``topk@1``/``head@1`` (T=1), ``topk@T``, ``es@T`` (the dev-chosen tau), ``temp_<T>``
     (top-k at each token temperature), ``es_<tau>`` and ``noise_<tau>`` (T=0, routing noise on the
     tail / on all experts).
+
+    Best-of-N uses a verifier trained here per model (:mod:`.verifier`): an MLP over the problem
+    and candidate tokens, fit to ``n`` answers per problem sampled with ``topk@T`` and ``es@T`` on
+    the first ``VERIFIER_TRAIN_PROBLEMS`` train-split problems, labelled by exact checking. A second
+    verifier per model, trained on the same candidates with shuffled labels, is the negative control.
     """
     k, e = _check_models(config, models)
     h, m, n, T = config.head_experts, config.tail_pool, config.samples_per_problem, config.token_temperature
@@ -126,7 +134,24 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
         chosen = (max(allowed, key=lambda t: dev_summary[f"es_{t:g}"]["pass16"]) if allowed
                   else min(config.routing_temperatures))
 
-        # 2) test split
+        # 2) verifiers: trained on candidates sampled on the train split (never the test split)
+        train_seq = data["train"][:VERIFIER_TRAIN_PROBLEMS]
+        train_targets = answer_code(train_seq[:, PROMPT_LEN:])
+        verifiers, shuffled, train_info = [], [], []
+        for i, model in enumerate(models):
+            gen = torch.Generator().manual_seed(config.seed * 1_000_003 + i * 10_007 + 500)
+            cands = np.concatenate([sample_answers(model, train_seq[:, :PROMPT_LEN], n, pol, T, gen)
+                                    for pol in (topk, es(chosen))], axis=1)                 # (P, 2n)
+            labels = (cands == train_targets[:, None]).reshape(-1).astype(np.float32)
+            feats = verifier_features(train_seq, cands)
+            vseed = config.seed * 7_919 + i * 101 + 17
+            verifiers.append(train_verifier(feats, labels, vseed))
+            perm = np.random.default_rng(vseed).permutation(len(labels))
+            shuffled.append(train_verifier(feats, labels[perm], vseed + 1))
+            fit = verifier_scores(verifiers[-1], train_seq, cands).reshape(-1) > 0
+            train_info.append({"positive_rate": float(labels.mean()), "train_accuracy": float((fit == labels).mean())})
+
+        # 3) test split
         plan = {"greedy": (topk, 0.0), "head_greedy": (RoutingPolicy(h, h, e - h, 0.0), 0.0),
                 "topk@1": (topk, 1.0), "head@1": (RoutingPolicy(h, h, e - h, 0.0), 1.0),
                 "topk@T": (topk, T), "es@T": (es(chosen), T)}
@@ -136,7 +161,8 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
             plan[f"es_{tau:g}"] = (es(tau), 0.0)
             plan[f"noise_{tau:g}"] = (RoutingPolicy.all_experts_noise(k, e, tau), 0.0)
         result = Result(chosen_tau=chosen, dev=dev_summary)
-        bon = {"es": {"verifier": [], "majority": []}, "topk": {"verifier": [], "majority": []}}
+        bon = {key: {"verifier": [], "likelihood": [], "majority": []} for key in ("es", "topk")}
+        held = {"scores": [[] for _ in models], "shuffled": [[] for _ in models], "labels": [[] for _ in models]}
         targets = answer_code(test[:, PROMPT_LEN:])
         for s, (name, (policy, temp)) in enumerate(plan.items()):
             rows = [evaluate(test, policy, temp, i, 1000 + s, keep=name in ("topk@T", "es@T"))
@@ -149,12 +175,29 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
             if name in ("topk@T", "es@T"):
                 key = "topk" if name == "topk@T" else "es"
                 for i, r in enumerate(rows):
-                    scores = answer_loglik(models[i], test[:, :PROMPT_LEN], r["answers"])
+                    scores = verifier_scores(verifiers[i], test, r["answers"])
+                    held["scores"][i].append(scores)
+                    held["shuffled"][i].append(verifier_scores(shuffled[i], test, r["answers"]))
+                    held["labels"][i].append(r["answers"] == targets[:, None])
                     bon[key]["verifier"].append(100 * float((best_of_n(r["answers"], scores) == targets).mean()))
+                    loglik = answer_loglik(models[i], test[:, :PROMPT_LEN], r["answers"])
+                    bon[key]["likelihood"].append(100 * float((best_of_n(r["answers"], loglik) == targets).mean()))
                     bon[key]["majority"].append(100 * float((majority_vote(r["answers"]) == targets).mean()))
         result.metrics["best_of_n"] = {m_: {v: float(np.mean(x)) for v, x in d.items()} for m_, d in bon.items()}
+        # held-out candidates: test-split answers of topk@T and es@T, (P, 2n) per model
+        sc, sh, lab = ([np.concatenate(x, axis=1) for x in held[q]] for q in ("scores", "shuffled", "labels"))
+        a, a_lo, a_hi = auc_bootstrap(sc, lab, config.seed * 31 + 1)
+        s_, s_lo, s_hi = auc_bootstrap(sh, lab, config.seed * 31 + 2)
+        result.metrics["verifier"] = {
+            "auc": a, "auc_ci": (a_lo, a_hi), "shuffled_auc": s_, "shuffled_auc_ci": (s_lo, s_hi),
+            "accuracy": float(np.mean([((s > 0) == y).mean() for s, y in zip(sc, lab)])),
+            "majority_class_accuracy": float(np.mean([max(y.mean(), 1 - y.mean()) for y in lab])),
+            "per_model_auc": [auc(s, y) for s, y in zip(sc, lab)],
+            "train_problems": len(train_seq), "train_candidates": 2 * n * len(train_seq),
+            "train_positive_rate": float(np.mean([t["positive_rate"] for t in train_info])),
+            "train_accuracy": float(np.mean([t["train_accuracy"] for t in train_info]))}
 
-        # 3) router shape
+        # 4) router shape
         probes = [router_profile(model, test, h, config.perturbation_scale,
                                  torch.Generator().manual_seed(config.seed * 7919 + i)) for i, model in enumerate(models)]
         result.curves["profile"] = np.mean([p["profile"] for p in probes], axis=0)
