@@ -17,6 +17,7 @@ invalid (``page_valid`` False) never win. Triton is imported lazily.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -79,13 +80,8 @@ def quest_topk_reference(q, kmin, kmax, page_valid, k: int):
     return torch.topk(scores, k, dim=-1)
 
 
-_KERNEL = None
-
-
+@functools.cache  # compile once, on first use (Triton is imported only here)
 def _build_kernel():
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
     import triton
     import triton.language as tl
 
@@ -119,8 +115,7 @@ def _build_kernel():
             tl.store(out_i_ptr + out + r, blk * BLOCK_P + arg)
             score = tl.where(tl.arange(0, BLOCK_P) == arg, -float("inf"), score)
 
-    _KERNEL = (triton, _block_topk_kernel)
-    return _KERNEL
+    return triton, _block_topk_kernel
 
 
 def quest_topk_triton(q, kmin, kmax, page_valid, k: int, *, block_pages: int = 32):

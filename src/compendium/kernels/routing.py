@@ -25,6 +25,7 @@ without it.
 
 from __future__ import annotations
 
+import functools
 import torch
 
 __all__ = [
@@ -88,13 +89,8 @@ def expert_sample_route_reference(logits: torch.Tensor, gumbel: torch.Tensor, k:
     return idx, weights
 
 
-_KERNEL = None
-
-
+@functools.cache  # compile once, on first use (Triton is imported only here)
 def _build_kernel():
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
     import triton
     import triton.language as tl
 
@@ -139,8 +135,7 @@ def _build_kernel():
         tl.store(idx_ptr + row * K + koffs, idx_vec, mask=kmask)
         tl.store(w_ptr + row * K + koffs, w_vec, mask=kmask)
 
-    _KERNEL = (triton, _route_kernel)
-    return _KERNEL
+    return triton, _route_kernel
 
 
 def expert_sample_route_triton(logits: torch.Tensor, gumbel: torch.Tensor, k: int, head: int, pool: int,

@@ -15,6 +15,7 @@ index sets of different sizes fit one tensor. Triton is imported lazily.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -83,13 +84,8 @@ def dense_masked_reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     return out.reshape(batch, heads, dim)
 
 
-_KERNEL = None
-
-
+@functools.cache  # compile once, on first use (Triton is imported only here)
 def _build_kernel():
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
     import triton
     import triton.language as tl
 
@@ -136,8 +132,7 @@ def _build_kernel():
         tl.store(l_ptr + out, l_i)
         tl.store(acc_ptr + out * D + offs_d, acc)
 
-    _KERNEL = (triton, _split_kernel)
-    return _KERNEL
+    return triton, _split_kernel
 
 
 def sparse_decode_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor,
