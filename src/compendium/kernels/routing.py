@@ -26,6 +26,7 @@ without it.
 from __future__ import annotations
 
 import functools
+
 import torch
 
 __all__ = [
