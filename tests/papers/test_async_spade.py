@@ -23,7 +23,7 @@ def _qk(seed=0, b=2, h=4, hkv=2, t=40, d=16):
 @pytest.fixture(scope="module")
 def tiny_models():
     s = paper.ModelSettings(context=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                            train_steps=3, batch_size=2, num_models=2)
+                            max_short_steps=3, long_steps=2, batch_size=2, num_models=2)
     return [paper.train_model(s, i)[0] for i in range(2)]
 
 
@@ -151,8 +151,27 @@ def test_tiny_run_is_deterministic(tiny_models):
     for key in a.recall:
         assert np.array_equal(a.recall[key], b.recall[key]) and a.recall[key].shape == (4,)
     assert a.cis == b.cis and a.accuracy.keys() == {"full", "ridge", "last", "quest"}
+    assert a.answer_mass.keys() == {"oracle", "ridge", "last", "mean", "quest"}
+    for m, v in a.answer_mass.items():
+        assert v.shape == (2,) and ((0 <= v) & (v <= 1 + 1e-6)).all()
+        assert (v <= a.answer_mass["oracle"] + 1e-6).all() or m == "quest", "the oracle keeps the most mass among top-B sets"
     assert np.allclose(a.recall[("oracle", 16)], 1.0)
     with pytest.raises(ValueError):
         paper.run(dataclasses.replace(config, budgets=(64,)), tiny_models)
     c = paper.run(config, tiny_models, with_timing=True)
     assert {"full", "sync", "async", "t_fwd", "t_sel", "overlap_ratio"} <= set(c.timing)
+
+
+def test_training_learns_the_lookup():
+    """The smoke recipe learns the long-range lookup (the first version stayed at chance), and the
+    first phase stops as soon as the held-out check passes."""
+    s = paper.settings_for("smoke")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, metrics = paper.train_model(s, 0)
+    finally:
+        torch.set_num_threads(threads)
+    assert metrics["recall_accuracy"] >= 0.9
+    assert metrics["short_check_accuracy"] >= s.target_accuracy
+    assert metrics["short_steps"] < s.max_short_steps and metrics["short_steps"] % s.check_every == 0

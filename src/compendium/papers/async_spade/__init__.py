@@ -18,7 +18,8 @@ Implemented (our reading; the paper's predictor is not public in detail):
 Small-scale deviations:
 
 * a 2-3 layer, d=64 decoder trained for seconds on a synthetic key/value retrieval language, not
-  Qwen3-8B/32B on reasoning traces; the model barely learns the lookup at smoke scale;
+  Qwen3-8B/32B on reasoning traces; the lookup's query jumps at the answer steps, which no
+  window of past queries can predict;
 * recall and attention mass are measured on teacher-forced dense passes; in-loop accuracy uses
   the selection in every layer, teacher-forced (equivalent to a decode loop for these answers);
 * the "cache rank" is a worker thread on the same CPU, not a separate GPU; TPOT is wall-clock on

@@ -14,7 +14,7 @@ from ...kernels.sparse_decode import dense_masked_reference, sparse_decode_refer
 from ...runtime import make_rng
 from .decode import timed_decode
 from .lm import make_sequences
-from .sparse import (mask_from_scores, method_scores, paired_bootstrap_ci, prediction_cosine, predict_queries,
+from .sparse import (mask_from_scores, mass_at_steps, method_scores, paired_bootstrap_ci, prediction_cosine, predict_queries,
                      query_cosine_by_lag, recall_and_mass, select, true_attention)
 
 SELECTORS = ("oracle", "ridge", "last", "mean", "quest")
@@ -25,7 +25,7 @@ ACCURACY_METHODS = ("full", "ridge", "last", "quest")
 class Config:
     """Parameters of the chapter (names as in the registry)."""
 
-    model_seeds: int = 3
+    model_seeds: int = 5
     eval_sequences: int = 8
     budgets: tuple = (64, 128)
     accuracy_budget: int = 64
@@ -67,6 +67,7 @@ class Result:
     recall: dict            # (method, budget) -> (units,) per (model, sequence)
     mass: dict              # (method, budget) -> (units,)
     accuracy: dict          # method -> (models,) answer accuracy with that selection in the loop
+    answer_mass: dict       # method -> (models,) attention mass kept at the steps that must answer
     cosine_lag: np.ndarray  # (lags,) cos(q_t, q_{t-lag}), mean over models/layers/heads
     prediction_cosine: dict  # predictor -> mean cos(q_hat_t, q_t)
     cis: dict               # name -> (mean, low, high) paired bootstrap of differences
@@ -139,6 +140,7 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
     recall = {(m, b): [] for m in SELECTORS for b in config.budgets}
     mass = {(m, b): [] for m in SELECTORS for b in config.budgets}
     accuracy = {m: [] for m in ACCURACY_METHODS}
+    answer_mass = {m: [] for m in SELECTORS}
     lags, pcos = [], {p: [] for p in ("last", "mean", "ridge")}
     for i, model in enumerate(models):
         tokens, answer = make_sequences(config.eval_sequences, context, make_rng(config.seed, 10, i))
@@ -148,9 +150,14 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
             model(x, capture=cap)                                       # dense teacher-forced pass
         rec = {key: 0.0 for key in recall}
         ms = {key: 0.0 for key in mass}
+        asks = torch.from_numpy(np.roll(answer, -1, axis=1))   # the steps whose output must be an answer
+        am = {m: 0.0 for m in SELECTORS}
         for Q, K, _ in cap:
             probs = true_attention(Q, K)
             scores = {m: method_scores(m, Q, K, **kw) for m in SELECTORS}
+            for m in SELECTORS:
+                sel = mask_from_scores(m, scores[m], config.accuracy_budget, **kw)
+                am[m] += mass_at_steps(sel, probs, asks) / len(cap)
             for b in config.budgets:
                 oracle = mask_from_scores("oracle", scores["oracle"], b, **kw)
                 for m in SELECTORS:
@@ -158,6 +165,8 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
                                            config.sink_tokens, config.local_tokens)
                     rec[(m, b)] = rec[(m, b)] + r / len(cap)
                     ms[(m, b)] = ms[(m, b)] + a / len(cap)
+        for m in SELECTORS:
+            answer_mass[m].append(am[m])
         for key in recall:
             recall[key].append(rec[key])
             mass[key].append(ms[key])
@@ -175,6 +184,7 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
     recall = {k: np.concatenate(v) for k, v in recall.items()}
     mass = {k: np.concatenate(v) for k, v in mass.items()}
     accuracy = {k: np.array(v) for k, v in accuracy.items()}
+    answer_mass = {k: np.array(v) for k, v in answer_mass.items()}
     rng = make_rng(config.seed, 20)
     cis = {}
     for b in config.budgets:
@@ -183,7 +193,7 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
         cis[f"ridge_minus_last_{b}"] = paired_bootstrap_ci(recall[("ridge", b)] - recall[("last", b)],
                                                            config.bootstrap_resamples, rng)
     result = Result(
-        recall=recall, mass=mass, accuracy=accuracy, cosine_lag=np.mean(lags, axis=0),
+        recall=recall, mass=mass, accuracy=accuracy, answer_mass=answer_mass, cosine_lag=np.mean(lags, axis=0),
         prediction_cosine={p: float(np.mean(v)) for p, v in pcos.items()}, cis=cis,
         exactness_error=kernel_exactness(config.exactness_shapes, make_rng(config.seed, 30)),
         quest_min_slack=quest_bound_slack(config.quest_bound_cases, make_rng(config.seed, 31)),

@@ -207,6 +207,15 @@ def recall_and_mass(mask: torch.Tensor, oracle: torch.Tensor, probs: torch.Tenso
     return hit[..., steps].mean((1, 2)).numpy(), mass[..., steps].mean((1, 2)).numpy()
 
 
+def mass_at_steps(mask: torch.Tensor, probs: torch.Tensor, rows: torch.Tensor) -> float:
+    """Share of the true attention that ``mask`` keeps, averaged over the heads and over the
+    (sequence, step) pairs where ``rows`` (B, T) is True."""
+    b, h, t, _ = probs.shape
+    hkv = mask.shape[1]
+    mass = (probs.view(b, hkv, h // hkv, t, t) * mask[:, :, None]).sum(-1).reshape(b, h, t)
+    return float(mass.mean(1)[rows].mean())
+
+
 def paired_bootstrap_ci(diff: np.ndarray, resamples: int, rng: np.random.Generator, level: float = 0.95):
     """Percentile bootstrap CI of the mean of paired differences ``diff`` (n,)."""
     diff = np.asarray(diff, dtype=float)
