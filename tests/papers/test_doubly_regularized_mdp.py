@@ -96,6 +96,49 @@ def test_duality_and_certificate():
     assert np.abs(out["tight"]).max() <= 1e-10
 
 
+def test_certificate_kernels_are_time_varying_kernels_of_six_kinds():
+    rng = make_rng(12)
+    mdp = paper.random_mdp(1, 4, 2, 3, rng)
+    values = rng.uniform(0, 2, size=(3, 4))
+    kernels = paper.certificate_kernels(mdp.kernel[0], values, 1.0, 14, rng)
+    assert len(kernels) == 14 and len(paper.KERNEL_KINDS) == 6
+    for P in kernels:
+        assert P.shape == (3, 4, 2, 4) and P.min() >= 0
+        np.testing.assert_allclose(P.sum(-1), 1.0)
+    # a value tilt moves mass towards the low-value next states: its expected next value drops
+    tilt = kernels[3]
+    assert np.all(np.einsum("hsat,ht->hsa", tilt, values) <= np.einsum("sat,ht->hsa", mdp.kernel[0], values) + 1e-12)
+
+
+def test_certificate_holds_and_its_control_detects_a_weaker_bound():
+    """The Monte Carlo certificate can fail: the bound with penalty beta/4 is broken by some kernel."""
+    for seed in (13, 14):
+        rng = make_rng(seed)
+        mdp = paper.random_mdp(1, 4, 2, 3, rng)
+        out = paper.certificate(mdp, 1.0, 0.1, 12, rng)
+        assert out["slack"].shape == out["control"].shape == (2, 12)
+        assert out["slack"].min() >= -1e-10  # the true bound holds for every kernel
+        assert (out["control"] < -1e-10).sum() >= 1  # the weaker one does not
+        # the violations come from the kernels aimed at low values
+        assert (out["control"][:, out["kind"] < 3] < -1e-10).sum() < (out["control"] < -1e-10).sum()
+        # with 60 kernels a bound weakened only slightly (penalty 0.9 beta) is caught as well
+        near = paper.certificate(mdp, 1.0, 0.1, 60, make_rng(seed), control_weight=0.9)
+        assert near["slack"].min() >= -1e-10
+        assert (near["control"] < -1e-10).sum() >= 1
+
+
+def test_power_helpers():
+    x = make_rng(15).standard_normal((30, 2))
+    # the jackknife standard error of a mean is exactly s / sqrt(n)
+    se = paper.power.jackknife_se(lambda a: a[:, 0].mean(), x)
+    assert se == pytest.approx(x[:, 0].std(ddof=1) / np.sqrt(30))
+    assert paper.power.flip_probability(0.0, 1.0, 10) == pytest.approx(0.5)
+    assert paper.power.flip_probability(0.1, 1.0, 100) == pytest.approx(0.158655, abs=1e-6)
+    cumulative = np.sqrt(np.arange(1, 17.0))  # cumulative regret sqrt(k): slope 1/2
+    regret = np.tile(np.diff(np.r_[0.0, cumulative]), (3, 1))
+    assert paper.power.mean_curve_slope((1, 2, 4, 8, 16), regret) == pytest.approx(0.5)
+
+
 def test_symbolic_residuals():
     assert paper.symbolic.gibbs_residual(2) == 0
     assert paper.symbolic.policy_gibbs_residual(2) == 0

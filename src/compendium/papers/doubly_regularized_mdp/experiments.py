@@ -65,48 +65,79 @@ def dual_identity_errors(num_instances: int, rng: np.random.Generator) -> dict:
     return out
 
 
-def _random_kernels(nominal: np.ndarray, horizon: int, count: int, rng: np.random.Generator) -> list:
-    """``count`` time-varying kernels ``(H, S, A, S)`` of three kinds, in turn: fresh Dirichlet rows,
-    mixtures with the nominal kernel, exponential tilts of the nominal kernel."""
+KERNEL_KINDS = ("random", "nominal mixture", "random tilt", "value tilt", "value tilt + nominal",
+                "value tilt + random")
+"""The six kinds of the certificate's kernel family, used in turn (kernel ``j`` is of kind ``j % 6``)."""
+
+
+def certificate_kernels(nominal: np.ndarray, values: np.ndarray, beta: float, count: int,
+                        rng: np.random.Generator) -> list:
+    r"""``count`` time-varying kernels ``(H, S, A, S)`` for the Monte Carlo certificate, six kinds in turn.
+
+    Three kinds are blind to the values: fresh Dirichlet(1) rows; mixtures
+    :math:`(1-w)P^0 + wD` with a Dirichlet(0.5) kernel :math:`D`; random exponential tilts
+    :math:`P^0 e^{\sigma Z}`. Three aim at low values, as an adversary that knows the policy would:
+    the value tilt :math:`T_h \propto P^0 e^{-V_{h+1}/\beta'}` with :math:`\beta'` log-uniform in
+    :math:`[\beta/10, 10\beta]` (:math:`\beta'=\beta` is the exact worst case), and its mixtures
+    :math:`(1-w)T + wP^0` and :math:`(1-w)T + wD`. Weights :math:`w` are uniform on [0, 1].
+
+    Parameters
+    ----------
+    nominal : array (S, A, S)
+    values : array (H, S)
+        ``values[h]`` is the next-step value :math:`V_{h+1}` the tilts aim at.
+    """
     S, A = nominal.shape[0], nominal.shape[1]
+    horizon = values.shape[0]
     kernels = []
     for j in range(count):
-        kind = j % 3
+        kind = j % len(KERNEL_KINDS)
         if kind == 0:
             P = rng.dirichlet(np.ones(S), size=(horizon, S, A))
         elif kind == 1:
             weight = rng.uniform(0.0, 1.0, size=(horizon, S, A, 1))
             P = (1 - weight) * nominal + weight * rng.dirichlet(np.full(S, 0.5), size=(horizon, S, A))
+        elif kind == 2:
+            P = nominal * np.exp(rng.uniform(0.0, 3.0) * rng.standard_normal((horizon, S, A, S)))
         else:
-            tilt = np.exp(rng.uniform(0.0, 3.0) * rng.standard_normal((horizon, S, A, S)))
-            P = nominal * tilt
+            tilt_beta = beta * float(np.exp(rng.uniform(np.log(0.1), np.log(10.0))))
+            P = np.stack([worst_case_kernel(nominal, values[h][None, None, :], tilt_beta) for h in range(horizon)])
+            if kind == 4:
+                weight = rng.uniform(0.0, 1.0)
+                P = (1 - weight) * P + weight * nominal
+            elif kind == 5:
+                weight = rng.uniform(0.0, 1.0)
+                P = (1 - weight) * P + weight * rng.dirichlet(np.ones(S), size=(horizon, S, A))
         P = np.maximum(P, 1e-300)
         kernels.append(P / P.sum(-1, keepdims=True))
     return kernels
 
 
-def certificate(mdp: TabularMDP, beta: float, temperature: float, num_kernels: int, rng: np.random.Generator) -> dict:
+def certificate(mdp: TabularMDP, beta: float, temperature: float, num_kernels: int, rng: np.random.Generator,
+                control_weight: float = 0.25) -> dict:
     r"""Monte Carlo test of :math:`V^\pi(P) + \beta E_{P,\pi}\sum_h KL(P_h\|P^0) \ge V^\pi_{reg}`.
 
     ``mdp`` holds one nominal MDP (batch of 1). Two policies are certified: the doubly regularised
-    optimum and the reference (uniform) policy. Returns the slacks (2, num_kernels), the same slacks
-    with the penalty weight ``beta / 4`` (negative control), and the slack at the worst-case kernel.
+    optimum and the reference (uniform) policy. Each gets ``num_kernels`` kernels from
+    :func:`certificate_kernels`, whose value tilts aim at that policy's regularised values. Returns
+    the slacks (2, num_kernels), the same slacks with the penalty weight ``control_weight * beta``
+    (negative control), the kind of each kernel (num_kernels,), and the slack at the worst-case
+    kernel (2,).
     """
     P0, r, H = mdp.kernel[0], mdp.reward[0], mdp.horizon
     S, A = r.shape
     pi_ref = np.full((S, A), 1.0 / A)
     optimal, _ = dr_backward(tabular_continuation(P0, beta), r, H, pi_ref, temperature)
     policies = [optimal, np.broadcast_to(pi_ref, (H, S, A))]
-    kernels = _random_kernels(P0, H, num_kernels, rng)
     slack = np.empty((2, num_kernels))
     control = np.empty((2, num_kernels))
     tight = np.empty(2)
     for i, pi in enumerate(policies):
         _, reg = dr_backward(tabular_continuation(P0, beta), r, H, pi_ref, temperature, policies=pi)
         v_reg = reg[0][0]
-        for j, P in enumerate(kernels):
+        for j, P in enumerate(certificate_kernels(P0, reg[1:], beta, num_kernels, rng)):
             kl = kl_divergence(P, P0[None])  # (H, S, A)
-            for weight, store in ((beta, slack), (beta / 4, control)):
+            for weight, store in ((beta, slack), (control_weight * beta, control)):
                 rewards = [r + weight * kl[h] for h in range(H)]
                 _, v = dr_backward(tabular_continuation(list(P), np.inf), rewards, H, pi_ref, temperature, policies=pi)
                 store[i, j] = v[0][0] - v_reg
@@ -114,7 +145,8 @@ def certificate(mdp: TabularMDP, beta: float, temperature: float, num_kernels: i
         rewards = [r + beta * kl_divergence(worst[h], P0) for h in range(H)]
         _, v = dr_backward(tabular_continuation(worst, np.inf), rewards, H, pi_ref, temperature, policies=pi)
         tight[i] = v[0][0] - v_reg
-    return dict(slack=slack, control=control, tight=tight)
+    kind = np.arange(num_kernels) % len(KERNEL_KINDS)
+    return dict(slack=slack, control=control, tight=tight, kind=kind)
 
 
 def worst_case_returns(mdp: TabularMDP, policies: np.ndarray, radii, temperature: float) -> np.ndarray:

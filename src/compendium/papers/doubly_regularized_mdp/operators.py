@@ -152,22 +152,25 @@ def kl_ball_expectation(P, V, radius: float, iterations: int = 120) -> np.ndarra
 # ---------------------------------------------------------------------------- policy side
 
 
-def soft_value(Q, pi_ref, temperature: float) -> np.ndarray:
-    r"""Policy-regularised value :math:`\lambda\log\sum_a \pi_{ref}(a)e^{Q(a)/\lambda}`, shape (...)."""
+def _soft_max(Q, pi_ref, temperature: float):
+    """Soft policy and soft value from one shifted exponential: returns ``(pi (..., A), V (...))``."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     Q, pi_ref = np.broadcast_arrays(np.asarray(Q, float), np.asarray(pi_ref, float))
     top = Q.max(axis=-1, keepdims=True)
-    return top[..., 0] + temperature * np.log(np.sum(pi_ref * np.exp((Q - top) / temperature), axis=-1))
+    w = pi_ref * np.exp((Q - top) / temperature)
+    mass = w.sum(axis=-1, keepdims=True)
+    return w / mass, top[..., 0] + temperature * np.log(mass[..., 0])
+
+
+def soft_value(Q, pi_ref, temperature: float) -> np.ndarray:
+    r"""Policy-regularised value :math:`\lambda\log\sum_a \pi_{ref}(a)e^{Q(a)/\lambda}`, shape (...)."""
+    return _soft_max(Q, pi_ref, temperature)[1]
 
 
 def soft_policy(Q, pi_ref, temperature: float) -> np.ndarray:
     r"""Maximiser :math:`\pi^\star \propto \pi_{ref}\, e^{Q/\lambda}` of the policy side, shape (..., A)."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    Q, pi_ref = np.broadcast_arrays(np.asarray(Q, float), np.asarray(pi_ref, float))
-    w = pi_ref * np.exp((Q - Q.max(axis=-1, keepdims=True)) / temperature)
-    return w / w.sum(axis=-1, keepdims=True)
+    return _soft_max(Q, pi_ref, temperature)[0]
 
 
 def regularised_action_value(pi, Q, pi_ref, temperature: float) -> np.ndarray:
@@ -251,8 +254,7 @@ def dr_backward(
         if caps is not None:
             Q = np.minimum(Q, caps[h])
         if policies is None:
-            pi = soft_policy(Q, pi_ref, temperature)
-            V = soft_value(Q, pi_ref, temperature)
+            pi, V = _soft_max(Q, pi_ref, temperature)
         else:
             pi = policies[h]
             V = regularised_action_value(pi, Q, pi_ref, temperature)
