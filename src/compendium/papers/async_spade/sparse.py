@@ -202,18 +202,22 @@ def recall_and_mass(mask: torch.Tensor, oracle: torch.Tensor, probs: torch.Tenso
     _, cand = _regions(t, sinks, local)
     steps = cand.sum(1) > budget                                                     # (T,)
     hit = (mask & oracle & cand).sum(-1).float() / budget                            # (B,Hkv,T)
-    mass = (probs.view(b, hkv, h // hkv, t, t) * mask[:, :, None]).sum(-1)            # (B,Hkv,G,T)
-    mass = mass.reshape(b, h, t)
+    mass = kept_mass(mask, probs)
     return hit[..., steps].mean((1, 2)).numpy(), mass[..., steps].mean((1, 2)).numpy()
 
 
-def mass_at_steps(mask: torch.Tensor, probs: torch.Tensor, rows: torch.Tensor) -> float:
-    """Share of the true attention that ``mask`` keeps, averaged over the heads and over the
-    (sequence, step) pairs where ``rows`` (B, T) is True."""
+def kept_mass(mask: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """Share of each query head's true attention ``probs`` (B, H, T, T) that the key/value-head
+    selection ``mask`` (B, H_kv, T, T) keeps: (B, H, T)."""
     b, h, t, _ = probs.shape
     hkv = mask.shape[1]
-    mass = (probs.view(b, hkv, h // hkv, t, t) * mask[:, :, None]).sum(-1).reshape(b, h, t)
-    return float(mass.mean(1)[rows].mean())
+    return (probs.view(b, hkv, h // hkv, t, t) * mask[:, :, None]).sum(-1).reshape(b, h, t)
+
+
+def mass_at_steps(mask: torch.Tensor, probs: torch.Tensor, rows: torch.Tensor) -> float:
+    """:func:`kept_mass` averaged over the heads and over the (sequence, step) pairs where
+    ``rows`` (B, T) is True."""
+    return float(kept_mass(mask, probs).mean(1)[rows].mean())
 
 
 def paired_bootstrap_ci(diff: np.ndarray, resamples: int, rng: np.random.Generator, level: float = 0.95):
