@@ -17,7 +17,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "project"
-SEEDS = Path(os.environ.get("COMPENDIUM_SEEDS", REPO.parent / "shared" / "seeds"))
 
 
 def make_project(dest: Path, *, fixture: bool = True) -> Path:
@@ -35,7 +34,7 @@ def make_project(dest: Path, *, fixture: bool = True) -> Path:
 
 def project_env(root: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPENDIUM_")}
-    env.update({"COMPENDIUM_ROOT": str(root), "COMPENDIUM_SEEDS": str(SEEDS), "HF_HUB_OFFLINE": "1"})
+    env.update({"COMPENDIUM_ROOT": str(root), "HF_HUB_OFFLINE": "1"})
     return env
 
 

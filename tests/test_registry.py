@@ -12,16 +12,19 @@ from compendium.workflow import Plan
 
 from conftest import REPO, compendium
 
-INDEX = REPO.parent / "shared" / "papers" / "INDEX.md"
 
-
-def test_registry_lists_the_38_papers_of_the_index():
+def test_registry_lists_the_38_papers_once_each():
     registry = load_registry()
     assert len(registry.chapters) == 38
-    if INDEX.is_file():
-        rows = [r.strip().strip("|").split("|") for r in INDEX.read_text().splitlines() if r.startswith("| ") and not r.startswith("| slug")]
-        index = {r[0].strip(): (r[1].strip(), int(r[2])) for r in rows}
-        assert {c.slug: (c.seed_file, c.abstract) for c in registry.chapters} == index
+    refs = [(c.seed_file, c.abstract) for c in registry.chapters]
+    assert len(set(refs)) == len(refs), "one chapter per (seed file, abstract)"
+    # every ready chapter cites its paper through a key of its own bibliography file
+    for entry in registry.ready:
+        bib = REPO / "book" / "references" / f"{entry.slug}.bib"
+        keys = re.findall(r"^@\w+\{([^,]+),", bib.read_text(encoding="utf-8"), flags=re.M)
+        box = entry.notebook.read_text(encoding="utf-8").split("Paper and code", 1)[1].split(":::", 1)[0]
+        cited = re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", box)
+        assert cited and cited[0] in keys, f"{entry.slug}: the 'Paper and code' box cites {cited}, not a key of {bib.name}"
 
 
 def test_parts_cover_every_chapter_and_ready_chapters_resolve():
@@ -49,7 +52,8 @@ def _hippo(raw):
 BAD_REGISTRIES = {
     "unknown chapter key": (lambda r: _hippo(r).update(colour="red"), r"continuized_hippo.*colour"),
     "wrong type of abstract": (lambda r: _hippo(r).update(abstract="fourteen"), r"continuized_hippo.*abstract"),
-    "abstract out of range": (lambda r: _hippo(r).update(abstract=99), r"continuized_hippo.*abstract.*out of range"),
+    "abstract out of range": (lambda r: _hippo(r).update(abstract=0), r"continuized_hippo.*abstract.*less than the minimum"),
+    "malformed seed file name": (lambda r: _hippo(r).update(seed_file="seeds.txt"), r"continuized_hippo.*seed_file.*does not match"),
     "unknown part": (lambda r: _hippo(r).update(part="poetry"), r"continuized_hippo.*part.*poetry"),
     "duplicate slug": (lambda r: r["chapters"].append(dict(_hippo(r))), r"continuized_hippo.*twice"),
     "bad status": (lambda r: _hippo(r).update(status="done"), r"continuized_hippo.*status"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,10 +25,79 @@ from . import paths
 COMMON_PARAMETERS = ("scale", "seed", "device")
 DEVICES = ("auto", "cpu", "cuda")
 _SPEC_VALUE_KEYS = ("default", "smoke", "full", "help")
+SLUG_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class RegistryError(ValueError):
     """A registry entry, a parameter value or an override is invalid."""
+
+
+# ------------------------------------------------------------------------------------ YAML
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names the same key twice (YAML would silently keep the last one)."""
+
+
+class Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 (core schema) numbers and no duplicate keys.
+
+    PyYAML follows YAML 1.1, where ``010`` is the octal 8, ``1:30`` the sexagesimal 90 and
+    ``1e1`` a string. Here ``010`` is 10, ``1:30`` stays a string, ``1e1`` is the number 10.0;
+    ``0o17`` and ``0x1f`` are the explicit octal and hexadecimal forms. A key given twice in one
+    mapping is an error naming the key and both lines.
+    """
+
+
+Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+.0123456789"))
+
+
+def _construct_int(loader, node):
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: let the base constructor report it
+            break
+        if first is not None:
+            raise DuplicateKeyError(
+                None, None,
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                f"(first given at line {first.start_mark.line + 1})", key_node.start_mark)
+        seen[key] = key_node
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+def _construct_yaml_map(loader, node):
+    data = {}
+    yield data
+    data.update(_construct_mapping(loader, node))
+
+
+Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+Loader.add_constructor("tag:yaml.org,2002:map", _construct_yaml_map)
+
+
+def load_yaml(text: str):
+    """Parse YAML the way the registry and ``--set`` values are read (see :class:`Loader`)."""
+    return yaml.load(text, Loader=Loader)  # noqa: S506 - Loader is a SafeLoader
 
 
 def _suggest(name: str, choices) -> str:
@@ -66,10 +137,34 @@ def _value_schema(spec: dict) -> dict:
     return schema
 
 
+def _type_problem(value: Any, spec: dict) -> str | None:
+    """What is wrong with the *type* of ``value`` (recursing into list items), or None.
+
+    Checked here rather than by jsonschema, which counts ``2.0`` as an integer and lets NaN
+    through every bound: an integer must be a Python int (not a bool, not a whole float), a
+    number an int or a finite float.
+    """
+    kind = spec.get("type")
+    if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        return "has the wrong type"
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "has the wrong type"
+        if isinstance(value, float) and not math.isfinite(value):
+            return "is not a finite number"
+    if kind == "array" and isinstance(value, list) and isinstance(spec.get("items"), dict):
+        for item in value:
+            problem = _type_problem(item, spec["items"])
+            if problem:
+                return problem + " (in the list)"
+    return None
+
+
 def _check_value(chapter: str, name: str, value: Any, spec: dict, where: str) -> None:
-    if isinstance(value, bool) and spec["type"] in ("integer", "number"):
+    problem = _type_problem(value, spec)
+    if problem:
         raise RegistryError(
-            f"chapter {chapter!r}: parameter {name!r} = {value!r} ({where}) has the wrong type: "
+            f"chapter {chapter!r}: parameter {name!r} = {value!r} ({where}) {problem}: "
             f"allowed is {describe_allowed(spec)}"
         )
     try:
@@ -181,6 +276,7 @@ class Registry:
         return {c.slug: c for c in self.chapters}
 
     def chapter(self, slug: str) -> ChapterEntry:
+        check_slug(slug)
         try:
             return self.by_slug[slug]
         except KeyError:
@@ -219,13 +315,27 @@ class Registry:
         return {c.slug: c.resolve(scale, overrides.get(c.slug)) for c in self.ready}
 
 
-def _seed_file_counts() -> dict[str, int]:
-    counts = {}
-    if paths.SEEDS.is_dir():
-        for f in sorted(paths.SEEDS.glob("*.txt")):
-            lines = [ln for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
-            counts[f.name] = max(len(lines) - 1, 0)  # the first line is the file's title
-    return counts
+def _check_spec(chapter: str, name: str, spec: dict) -> None:
+    """A parameter spec whose bounds leave no value (or are not finite numbers) is refused."""
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        if key in spec and isinstance(spec[key], float) and not math.isfinite(spec[key]):
+            raise RegistryError(f"chapter {chapter!r}: parameter {name!r}: {key} = {spec[key]!r} is not a finite number")
+    lows = [(spec[k], k) for k in ("minimum", "exclusiveMinimum") if k in spec]
+    highs = [(spec[k], k) for k in ("maximum", "exclusiveMaximum") if k in spec]
+    for lo, lo_key in lows:
+        for hi, hi_key in highs:
+            exclusive = lo_key.startswith("exclusive") or hi_key.startswith("exclusive")
+            if lo > hi or (lo == hi and exclusive):
+                raise RegistryError(
+                    f"chapter {chapter!r}: parameter {name!r}: {lo_key} = {lo!r} and {hi_key} = {hi!r} "
+                    "leave no allowed value"
+                )
+    if spec.get("minItems", 0) > spec.get("maxItems", math.inf):
+        raise RegistryError(
+            f"chapter {chapter!r}: parameter {name!r}: minItems = {spec['minItems']} is above maxItems = {spec['maxItems']}"
+        )
+    if isinstance(spec.get("items"), dict) and "type" in spec["items"]:
+        _check_spec(chapter, f"{name} (list items)", spec["items"])
 
 
 def load_registry(path: str | Path | None = None, *, check_files: bool = True) -> Registry:
@@ -247,7 +357,9 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
     if not path.is_file():
         raise RegistryError(f"registry not found: {path}")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as err:
+        raise RegistryError(f"{path.name}: {err.problem}") from None
     except yaml.YAMLError as err:
         raise RegistryError(f"{path.name} is not valid YAML: {err}") from None
     schema = json.loads(paths.REGISTRY_SCHEMA.read_text(encoding="utf-8"))
@@ -271,7 +383,6 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
     if len(set(part_ids)) != len(part_ids):
         raise RegistryError(f"{path.name}: duplicate part ids in {part_ids}")
     assets = raw.get("assets") or {}
-    counts = _seed_file_counts()
     chapters, seen, abstracts = [], set(), {}
     for item in raw["chapters"]:
         slug = item["slug"]
@@ -283,20 +394,12 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
                 f"{path.name}: chapter {slug!r}: key 'part' = {item['part']!r}{_suggest(item['part'], part_ids)}; "
                 f"allowed: {', '.join(part_ids)}"
             )
+        # seed_file and abstract are provenance metadata (where the paper came from); the schema checks
+        # their form, nothing outside the repository is read to check them further.
         ref = (item["seed_file"], item["abstract"])
         if ref in abstracts:
             raise RegistryError(f"{path.name}: chapter {slug!r}: abstract {ref} is already chapter {abstracts[ref]!r}")
         abstracts[ref] = slug
-        if counts:
-            if item["seed_file"] not in counts:
-                raise RegistryError(
-                    f"{path.name}: chapter {slug!r}: key 'seed_file' = {item['seed_file']!r} is not in {paths.SEEDS}"
-                )
-            if item["abstract"] > counts[item["seed_file"]]:
-                raise RegistryError(
-                    f"{path.name}: chapter {slug!r}: key 'abstract' = {item['abstract']} is out of range: "
-                    f"{item['seed_file']} holds {counts[item['seed_file']]} abstracts"
-                )
         for asset in item.get("assets", []):
             if asset not in assets:
                 raise RegistryError(
@@ -319,6 +422,7 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
             parameters=dict(item.get("parameters") or {}),
         )
         for name, spec in entry.parameters.items():
+            _check_spec(slug, name, spec)
             for scale in raw["scales"]:
                 if scale not in spec and "default" not in spec:
                     raise RegistryError(
@@ -335,17 +439,56 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
     return Registry(path=path, scales=raw["scales"], parts=parts, chapters=tuple(chapters), assets=assets)
 
 
+def check_slug(slug: str) -> str:
+    """``slug`` if it is spelled like a chapter slug (``[a-z][a-z0-9_]*``), else a RegistryError."""
+    if not isinstance(slug, str) or not SLUG_PATTERN.fullmatch(slug):
+        raise RegistryError(f"invalid chapter slug {slug!r}: slugs are lower-case letters, digits and '_' ([a-z][a-z0-9_]*)")
+    return slug
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
-    """Parse ``slug.key=value`` (value read as YAML: ``3``, ``0.5``, ``true``, ``[16, 64]``)."""
+    """Parse ``slug.key=value`` (value read as YAML 1.2: ``3``, ``0.5``, ``true``, ``[16, 64]``)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise RegistryError(f"an override looks like 'chapter.parameter=value', got {text!r}")
     target, raw_value = text.split("=", 1)
-    slug, key = target.split(".", 1)
+    slug, key = (part.strip() for part in target.rsplit(".", 1))
+    check_slug(slug)
+    if not SLUG_PATTERN.fullmatch(key):
+        raise RegistryError(f"override {text!r}: invalid parameter name {key!r}")
     try:
-        value = yaml.safe_load(raw_value)
+        value = load_yaml(raw_value)
     except yaml.YAMLError:
         raise RegistryError(f"override {text!r}: value {raw_value!r} is not valid YAML") from None
-    return slug.strip(), key.strip(), value
+    return slug, key, value
+
+
+def split_overrides(text: str) -> list[str]:
+    """Split ``SET``-style text into overrides: at whitespace outside brackets and quotes.
+
+    ``'seed=3 orders=[64, 128]'`` → ``['seed=3', 'orders=[64, 128]']``. This is how the
+    Makefile's ``SET`` reaches the CLI (through ``COMPENDIUM_SET``, never through a shell).
+    """
+    items, current, depth, quote = [], [], 0, None
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char.isspace() and depth <= 0:
+            if current:
+                items.append("".join(current))
+            current, depth = [], 0
+            continue
+        current.append(char)
+    if quote or depth > 0:
+        raise RegistryError(f"overrides {text!r}: unbalanced {'quote' if quote else 'bracket'}")
+    if current:
+        items.append("".join(current))
+    return items
 
 
 def overrides_from_strings(items: list[str], default_slug: str | None = None) -> dict[str, dict]:
