@@ -82,23 +82,24 @@ def test_wrong_measurement_types_are_rejected():
 
 def test_verdict_is_computed_not_declared():
     ledger = Ledger("demo")
-    good = ledger.check("a", "error is tiny", kind="exact", measured=1e-12, criterion=at_most(1e-10))
-    bad = ledger.check("b", "error is tiny", kind="exact", measured=1e-3, criterion=at_most(1e-10))
+    good = ledger.check("a", "error is tiny", role="claim", kind="exact", measured=1e-12, criterion=at_most(1e-10))
+    bad = ledger.check("b", "error is tiny", role="claim", kind="exact", measured=1e-3, criterion=at_most(1e-10))
     assert (good.verdict, bad.verdict) == ("pass", "fail")
-    assert ledger.counts() == {"pass": 1, "fail": 1, "not_checkable": 0}
+    assert ledger.counts()["claim"] == {"pass": 1, "fail": 1, "inconclusive": 0, "unsupported": 0,
+                                        "not_checkable": 0}
     with pytest.raises(TypeError):
-        ledger.check("c", "s", kind="exact", measured=1.0, criterion=at_most(2.0), verdict="pass")
+        ledger.check("c", "s", role="claim", kind="exact", measured=1.0, criterion=at_most(2.0), verdict="pass")
 
 
 def test_ledger_rejects_bad_entries():
     ledger = Ledger("demo")
-    ledger.check("a", "s", kind="ratio", measured=2.0, criterion=at_least(1.5))
+    ledger.check("a", "s", role="claim", kind="ratio", measured=2.0, criterion=at_least(1.5))
     with pytest.raises(ValueError, match="already"):
-        ledger.check("a", "s", kind="ratio", measured=2.0, criterion=at_least(1.5))
+        ledger.check("a", "s", role="claim", kind="ratio", measured=2.0, criterion=at_least(1.5))
     with pytest.raises(ValueError, match="kind"):
-        ledger.check("b", "s", kind="vibes", measured=2.0, criterion=at_least(1.5))
+        ledger.check("b", "s", role="claim", kind="vibes", measured=2.0, criterion=at_least(1.5))
     with pytest.raises(ValueError, match="criterion"):
-        ledger.check("c", "s", kind="exact", measured=2.0, criterion=lambda x: True)
+        ledger.check("c", "s", role="claim", kind="exact", measured=2.0, criterion=lambda x: True)
     with pytest.raises(ValueError, match="reason"):
         ledger.not_checkable("d", "s", reason="")
     with pytest.raises(ValueError, match="empty"):
@@ -109,11 +110,11 @@ def test_claims_json_is_deterministic_and_matches_schema(tmp_path):
     def make():
         ledger = Ledger("demo", scale="smoke", seed=3)
         x = sympy.symbols("x")
-        ledger.check("sym", "identity", kind="symbolic", measured=sympy.exp(x) * sympy.exp(-x) - 1,
+        ledger.check("sym", "identity", role="claim", kind="symbolic", measured=sympy.exp(x) * sympy.exp(-x) - 1,
                      criterion=simplifies_to(0))
-        ledger.check("num", "closed form", kind="exact", measured=np.float64(2.5e-13),
+        ledger.check("num", "closed form", role="claim", kind="exact", measured=np.float64(2.5e-13),
                      criterion=at_most(1e-10), paper_value=1e-10, details={"n": np.int64(64)})
-        ledger.check("flag", "holds everywhere", kind="statistical", measured=np.bool_(True), criterion=is_true())
+        ledger.check("flag", "holds everywhere", role="claim", kind="statistical", measured=np.bool_(True), criterion=is_true())
         ledger.not_checkable("nc", "matches the paper's matrix", reason="the paper is not available")
         return ledger
 
@@ -121,13 +122,14 @@ def test_claims_json_is_deterministic_and_matches_schema(tmp_path):
     assert a.read_bytes() == b.read_bytes()
     data = json.loads(a.read_text())
     jsonschema.validate(data, json.loads(paths.CLAIMS_SCHEMA.read_text()))
-    assert data["summary"] == {"pass": 3, "fail": 0, "not_checkable": 1}
+    assert data["summary"]["claim"] == {"pass": 3, "fail": 0, "inconclusive": 0, "unsupported": 0,
+                                        "not_checkable": 1}
     assert data["claims"][0]["measured"] == 0  # the simplified residual
 
 
 def test_html_table_has_one_badge_per_claim():
     ledger = Ledger("demo")
-    ledger.check("a", "x < 1", kind="exact", measured=0.5, criterion=less_than(1))
+    ledger.check("a", "x < 1", role="claim", kind="exact", measured=0.5, criterion=less_than(1))
     ledger.not_checkable("b", "y", reason="no data")
     html = ledger._repr_html_()
     assert html.count('class="verdict ') == 2
@@ -139,8 +141,8 @@ def test_volatile_claims_are_flagged_and_masked():
 
     def make(seconds):
         ledger = Ledger("demo")
-        ledger.check("exact", "closed form", kind="exact", measured=1e-12, criterion=at_most(1e-10))
-        ledger.check("speed", "faster than the baseline", kind="ratio", measured=seconds,
+        ledger.check("exact", "closed form", role="claim", kind="exact", measured=1e-12, criterion=at_most(1e-10))
+        ledger.check("speed", "faster than the baseline", role="claim", kind="ratio", measured=seconds,
                      criterion=at_least(1.3), volatile=True)
         return ledger.to_dict()
 
@@ -152,3 +154,112 @@ def test_volatile_claims_are_flagged_and_masked():
 
     assert "wall-clock measurement" in render_html(fast["claims"])
     assert "wall-clock measurement" not in render_html(fast["claims"][:1])
+
+
+# ---------------------------------------------------------------------------- v2: roles, estimates
+from compendium.stats import Estimate  # noqa: E402
+
+
+def _est(lo, hi, point=None):
+    return Estimate(point if point is not None else (lo + hi) / 2, lo, hi, unit="trained models", n=5)
+
+
+@pytest.mark.parametrize("crit, interval, verdict", [
+    (greater_than(0), (0.1, 0.5), "pass"),
+    (greater_than(0), (-0.1, 0.5), "inconclusive"),
+    (greater_than(0), (-0.5, 0.0), "fail"),
+    (at_least(1.0), (1.0, 2.0), "pass"),
+    (at_least(1.0), (0.2, 0.99), "fail"),
+    (at_most(0.02), (-0.01, 0.019), "pass"),
+    (at_most(0.02), (0.0, 0.03), "inconclusive"),
+    (less_than(0), (-1.0, -0.1), "pass"),
+    (less_than(0), (0.0, 1.0), "fail"),
+    (within(0.35, 0.65), (0.4, 0.6), "pass"),
+    (within(0.35, 0.65), (0.3, 0.6), "inconclusive"),
+    (within(0.35, 0.65), (0.7, 0.9), "fail"),
+    (close_to(1.0, abs=0.1), (0.95, 1.05), "pass"),
+    (close_to(1.0, abs=0.1), (1.2, 1.3), "fail"),
+])
+def test_an_estimate_is_decided_by_its_whole_interval(crit, interval, verdict):
+    assert crit.decide(_est(*interval)) == verdict
+
+
+@given(finite, finite, finite)
+def test_interval_verdicts_agree_with_the_point_rule_at_both_ends(a, b, bound):
+    lo, hi = min(a, b), max(a, b)
+    crit = greater_than(bound)
+    verdict = crit.decide(Estimate(lo, lo, hi))
+    ends = {crit.evaluate(lo), crit.evaluate(hi)}
+    assert verdict == ("pass" if ends == {True} else "fail" if ends == {False} else "inconclusive")
+
+
+def test_role_is_required_and_checked():
+    ledger = Ledger("demo")
+    with pytest.raises(ValueError, match="declare role"):
+        ledger.check("a", "s", kind="exact", measured=1.0, criterion=at_most(2.0))
+    with pytest.raises(ValueError, match="role"):
+        ledger.check("a", "s", role="proof", kind="exact", measured=1.0, criterion=at_most(2.0))
+    with pytest.raises(ValueError, match="only claims name controls"):
+        ledger.check("b", "s", role="control", kind="exact", measured=1.0, criterion=at_most(2.0), controls=["a"])
+
+
+def test_an_interval_claim_declares_its_smallest_effect():
+    ledger = Ledger("demo")
+    with pytest.raises(ValueError, match="smallest effect"):
+        ledger.check("a", "beats", role="claim", kind="directional", measured=_est(0.1, 0.3), criterion=greater_than(0))
+    row = ledger.check("a", "beats", role="claim", kind="directional", measured=_est(0.1, 0.3),
+                       criterion=at_least(0.05), min_effect=0.05)
+    assert row.verdict == "pass"
+    # implementation rows and controls need no smallest effect
+    ledger.check("b", "ours", role="control", kind="directional", measured=_est(-0.1, 0.3), criterion=at_most(0.5))
+
+
+def test_a_claim_whose_control_misbehaved_is_unsupported_not_passed(tmp_path):
+    ledger = Ledger("demo")
+    ledger.check("claim", "method beats baseline", role="claim", kind="directional", measured=_est(0.2, 0.4),
+                 criterion=greater_than(0), min_effect=0, controls=["shuffled"])
+    ledger.check("shuffled", "shuffled labels do not beat baseline", role="control", kind="directional",
+                 measured=_est(0.1, 0.3), criterion=at_most(0.05))
+    ledger.check("unit", "kernel equals reference", role="implementation", kind="exact", measured=0.0,
+                 criterion=at_most(1e-9))
+    data = json.loads(ledger.save(tmp_path / "c.json").read_text())
+    jsonschema.validate(data, json.loads(paths.CLAIMS_SCHEMA.read_text()))
+    row = {c["id"]: c for c in data["claims"]}
+    assert row["claim"]["verdict"] == "unsupported" and row["claim"]["computed_verdict"] == "pass"
+    assert "shuffled" in row["claim"]["note"]
+    assert data["summary"]["claim"]["pass"] == 0 and data["summary"]["claim"]["unsupported"] == 1
+    assert data["summary"]["implementation"]["pass"] == 1
+    from compendium.claims import headline
+
+    text = headline(data["claims"])
+    assert text.startswith("paper claims: 0 reproduced") and "implementation checks: 1 of 1" in text
+
+
+def test_a_named_control_must_exist_and_be_a_control(tmp_path):
+    ledger = Ledger("demo")
+    ledger.check("claim", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1), controls=["nope"])
+    with pytest.raises(ValueError, match="not in the ledger"):
+        ledger.save(tmp_path / "x.json")
+    ledger2 = Ledger("demo")
+    ledger2.check("claim", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1), controls=["impl"])
+    ledger2.check("impl", "s", role="implementation", kind="exact", measured=0.0, criterion=at_most(1))
+    with pytest.raises(ValueError, match="role is 'implementation'"):
+        ledger2.save(tmp_path / "y.json")
+
+
+def test_a_ledger_of_implementation_checks_only_is_refused(tmp_path):
+    ledger = Ledger("demo")
+    ledger.check("impl", "s", role="implementation", kind="exact", measured=0.0, criterion=at_most(1))
+    with pytest.raises(ValueError, match="no paper claim"):
+        ledger.save(tmp_path / "z.json")
+
+
+def test_html_shows_roles_intervals_and_the_headline():
+    ledger = Ledger("demo")
+    ledger.check("a", "beats", role="claim", kind="directional", measured=_est(-0.1, 0.3, 0.1),
+                 criterion=greater_than(0), min_effect=0.0)
+    ledger.check("b", "identity", role="implementation", kind="exact", measured=0.0, criterion=at_most(1e-9))
+    html = ledger._repr_html_()
+    assert "verdict-inconclusive" in html and "role-implementation" in html
+    assert "[-0.1, 0.3]" in html and "5 trained models" in html
+    assert "paper claims: 0 reproduced, 0 not reproduced, 1 inconclusive" in html
