@@ -160,7 +160,7 @@ def test_symbolic_residual_detects_a_wrong_matrix(monkeypatch):
     "bad",
     [
         dict(symbolic_order=1),
-        dict(symbolic_order=11),
+        dict(symbolic_order=13),
         dict(symbolic_order=3.0),
         dict(orders=(64, 128)),
         dict(orders=(64, 32, 128)),
@@ -215,3 +215,50 @@ def test_tiny_run_is_deterministic():
     assert [p.shape for p in first.profiles] == [(3, 16), (3, 32), (3, 64)]
     assert all(sympy.simplify(v) == 0 for v in first.symbolic.values())
     assert -2.2 <= first.slopes["impulse"] <= -1.8
+    assert first.richardson.shape == (2,) and first.richardson_orders == (32, 64)
+    assert first.control_slopes["impulse_wrong_grid"] > -1.8
+
+
+# ---------------------------------------------------------------- hardening: independent checks and controls
+def test_richardson_recovers_a_known_constant_and_the_law():
+    # synthetic d(N) = C + a/N^2 + b/N^4: Richardson removes a exactly, leaves O(b/N^4)
+    orders = np.array([64, 128, 256])
+    c = 3 * np.pi  # mode 1
+    omega = orders**2 / c - 1.25 + 7.0 / orders**2
+    est, pair = paper.richardson_constant(orders, omega, 1)
+    assert pair == (128, 256) and abs(est + 1.25) < 1e-10
+    # on the real spectrum it recovers -c_m/6 (no card constants used)
+    orders = np.array([128, 256])
+    omega = np.array([paper.skew_eigenvalues(int(n), 2) for n in orders])
+    for m in range(2):
+        est, _ = paper.richardson_constant(orders, omega[:, m], m)
+        assert abs(est / (-(2 * m + 1) * np.pi / 6) - 1) < 1e-4
+    with pytest.raises(ValueError):
+        paper.richardson_constant([64, 96], [1.0, 2.0], 0)
+
+
+def test_law_error_slopes_separate_right_and_wrong_laws():
+    orders = np.array([64, 128, 256])
+    omega = np.array([paper.skew_eigenvalues(int(n), 2) for n in orders])
+    assert -2.2 <= paper.law_error_slope(orders, omega, "two_term") <= -1.8
+    assert abs(paper.law_error_slope(orders, omega, "leading")) < 0.1  # error tends to c_m/6
+    assert 0.8 < paper.law_error_slope(orders, omega, "s4d_inv") < 1.2  # error grows like N/pi
+    np.testing.assert_allclose(paper.s4d_inv_heuristic(10, 0), 10 / np.pi * 9)
+    with pytest.raises(ValueError):
+        paper.law_error_slope(orders, omega, "cubic")
+
+
+def test_convergence_errors_controls_lose_the_rate():
+    taus = np.linspace(0, 8, 41)
+    right = [paper.convergence_errors(n, taus) for n in (64, 128)]
+    grid = [paper.convergence_errors(n, taus, grid_offset=0.0)[0] for n in (64, 128)]
+    time = [paper.convergence_errors(n, taus, time_scale=n * (n - 1))[1] for n in (64, 128)]
+    assert 3.5 < right[0][0] / right[1][0] < 4.5 and 3.5 < right[0][1] / right[1][1] < 4.5
+    assert grid[0] / grid[1] < 1.6 and time[0] / time[1] < 2.5
+    assert right[0][2].shape == (41,)
+
+
+def test_kernel_bound_holds_to_tau_16():
+    taus = np.linspace(0, 16, 81)
+    for n in (64, 128):
+        assert n**2 * paper.convergence_errors(n, taus)[1] <= 1.0
