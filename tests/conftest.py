@@ -21,7 +21,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "project"
 
 def make_project(dest: Path, *, fixture: bool = True) -> Path:
     """Lay out a project in ``dest``: the fixture registry and notebooks, or the real ones."""
-    for name in ("workflow", "book", "kernels"):
+    for name in ("workflow", "book", "kernels", "data"):
         shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("_build", "__pycache__"))
     (dest / "src").symlink_to(REPO / "src")
     if fixture:

@@ -11,6 +11,7 @@ changed. Then ``jupyter-book build -W -n --keep-going`` builds HTML into
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import platform
@@ -244,6 +245,50 @@ def machine_description() -> str:
     return f"{os.cpu_count()} cores ({cpu}){mem}, GPU: {gpu}, Python {platform.python_version()}"
 
 
+#: Packages whose versions the runtime page states (distribution names).
+KEY_PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "sympy", "cvxpy", "transformers", "pandas",
+                "snakemake", "papermill", "jupyter-book", "sphinx")
+
+
+def package_versions(names=KEY_PACKAGES) -> dict[str, str]:
+    """``{distribution: version}`` of ``names`` as installed ("not installed" when absent), Python first."""
+    import importlib.metadata
+
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def cpu_features() -> dict[str, str]:
+    """The CPU model, its SIMD extensions (from /proc/cpuinfo) and the kernels torch dispatches to."""
+    model, flags = None, None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():  # the first processor's lines
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key == "model name" and model is None:
+                model = value
+            elif key == "flags" and flags is None:
+                flags = set(value.split())
+    except OSError:
+        pass
+    model, flags = model or platform.processor() or platform.machine(), flags or set()
+    simd = [f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
+            if f in flags]
+    try:
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError):  # pragma: no cover
+        capability = "unknown"
+    forced = os.environ.get("ATEN_CPU_CAPABILITY")
+    return {"model": model, "simd": ", ".join(simd) or "none reported",
+            "aten": capability + (f" (forced by ATEN_CPU_CAPABILITY={forced})" if forced else "")}
+
+
 def runtime_page(registry: Registry, states: list[ChapterState], scale: str, profile: str) -> str:
     budget = registry.scales[scale]["budget_s"]
     lines = [
@@ -269,6 +314,17 @@ def runtime_page(registry: Registry, states: list[ChapterState], scale: str, pro
     book = read_benchmark(paths.results_root() / scale / "benchmarks" / "book.tsv")
     if book:
         lines += [f"The previous book build took {book.get('s', 0):.1f} s."]
+    cpu = cpu_features()
+    lock = paths.ROOT / "requirements.lock"
+    lock_note = (f"`requirements.lock` (sha256 `{hashlib.sha256(lock.read_bytes()).hexdigest()[:12]}`) pins every "
+                 "package exactly; `make setup` installs it." if lock.is_file() else "No `requirements.lock` was found.")
+    lines += ["", "## Machine", "",
+              f"CPU: {escape(cpu['model'])}, {os.cpu_count()} logical cores. SIMD extensions: {cpu['simd']}. "
+              f"PyTorch's CPU kernels in effect (ATen CPU capability): `{cpu['aten']}`.",
+              "", "## Software", "",
+              f"Versions that built this book. {lock_note}", "",
+              "| package | version |", "|---|---|"]
+    lines += [f"| {name} | {version} |" for name, version in package_versions().items()]
     return "\n".join(lines) + "\n"
 
 

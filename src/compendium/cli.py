@@ -7,6 +7,7 @@
     compendium asset NAME [--scale S]
     compendium verdicts [--scale S]
     compendium new SLUG
+    compendium data verify
     compendium kernel
 
 ``build`` validates the registry, the scale, the profile and every override *before* it starts
@@ -139,9 +140,35 @@ def _call(cmd: list[str]) -> int:
         raise
 
 
+def _check_data() -> None:
+    """Pre-flight: every dataset in data/manifest.yaml matches its checksum (cached while unchanged)."""
+    from .data import DataError, preflight
+
+    try:
+        preflight()
+    except DataError as err:
+        raise Refused(str(err)) from None
+
+
+def cmd_data(args) -> int:
+    """``compendium data verify``: one line per dataset of the manifest; non-zero on any mismatch."""
+    from .data import DataError, manifest_path, verify
+
+    try:
+        report = verify()
+    except DataError as err:
+        raise Refused(str(err)) from None
+    for name, ok, message in report:
+        print(f"{'ok' if ok else 'FAILED':6} {name}: {message}")
+    bad = sum(not ok for _, ok, _ in report)
+    print(f"{len(report) - bad} of {len(report)} datasets match {manifest_path()}")
+    return 1 if bad else 0
+
+
 def cmd_build(args) -> int:
     plan = _plan(args)
     _profile_dir(args.profile)
+    _check_data()
     args.snakemake_args = ["--nolock", *(args.snakemake_args or [])]
     with _BuildLock(paths.ROOT):
         config_file = _run_config(args, plan, partial=False)
@@ -293,6 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("new", help="scaffold a chapter (notebook, module, tests) from its registry entry")
     p.add_argument("slug")
     p.set_defaults(func=cmd_new)
+
+    p = sub.add_parser("data", help="check every dataset against data/manifest.yaml")
+    p.add_argument("action", choices=["verify"])
+    p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("kernel", help="print how to make the project kernel visible to Jupyter")
     p.set_defaults(func=cmd_kernel)

@@ -17,7 +17,11 @@ EXPECTED_VERDICTS = CONFIG / "expected_verdicts.yaml"
 NOTEBOOKS = ROOT / "notebooks"
 BOOK = ROOT / "book"
 KERNELS = ROOT / "kernels"
-SEEDS = Path(os.environ.get("COMPENDIUM_SEEDS", ROOT.parent / "shared" / "seeds"))
+DATA = ROOT / "data"
+#: The dataset manifest (checksums of every dataset a chapter reads); compendium.data honours COMPENDIUM_DATA_MANIFEST.
+DATA_MANIFEST = DATA / "manifest.yaml"
+#: Exact versions of the environment that built the book (``make lock`` writes it).
+LOCK = ROOT / "requirements.lock"
 KERNEL_NAME = "compendium"
 
 

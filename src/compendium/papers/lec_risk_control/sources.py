@@ -168,18 +168,18 @@ def _logistic(num_components: int | None = None):
 
 # Deliberately weak classifiers: their error rates exceed every alpha, so the constraint binds.
 DATASET_MODELS = {
-    "digits": dict(loader="load_digits", features=None, components=3),
-    "breast_cancer": dict(loader="load_breast_cancer", features=("mean texture", "mean symmetry"), components=None),
-    "wine": dict(loader="load_wine", features=("alcohol",), components=None),
+    "digits": dict(dataset="digits", features=None, components=3),
+    "breast_cancer": dict(dataset="breast_cancer", features=("mean texture", "mean symmetry"), components=None),
+    "wine": dict(dataset="wine", features=("alcohol",), components=None),
 }
 ROUTING_COMPONENTS = (3, 8)  # digits: weak model on 3 PCA components, strong model on 8
 
 
 def _load(name: str):
-    import sklearn.datasets
+    from compendium import data
 
     spec = DATASET_MODELS[name]
-    bunch = getattr(sklearn.datasets, spec["loader"])()
+    bunch = data.load(spec["dataset"])  # checked against data/manifest.yaml
     X, y = bunch.data, bunch.target
     if spec["features"] is not None:
         names = list(bunch.feature_names)

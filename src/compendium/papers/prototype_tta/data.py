@@ -38,23 +38,13 @@ SEGMENTS = {0: "abcdef", 1: "bc", 2: "abged", 3: "abgcd", 4: "fgbc", 5: "afgcd",
 def load_digit_images() -> tuple[np.ndarray, np.ndarray]:
     """sklearn's 1797 handwritten digits as ``(images (n, 8, 8) in [0, 1], labels (n,))``.
 
-    Read straight from the CSV that sklearn ships (importing sklearn takes seconds); falls back to
-    ``sklearn.datasets.load_digits`` when the file is not where it usually is.
+    Loaded through :func:`compendium.data.load`, which checks them against ``data/manifest.yaml``
+    (and reads sklearn's CSV directly: importing sklearn takes seconds).
     """
-    import importlib.util
-    from pathlib import Path
+    from compendium.data import load as load_dataset
 
-    spec = importlib.util.find_spec("sklearn")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    csv = Path(locations[0]) / "datasets" / "data" / "digits.csv.gz" if locations else None
-    if csv is not None and csv.is_file():
-        table = np.loadtxt(csv, delimiter=",")
-        pixels, target = table[:, :-1], table[:, -1]
-    else:  # pragma: no cover - depends on the sklearn install
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        pixels, target = digits.data, digits.target
+    digits = load_dataset("digits")
+    pixels, target = digits.data, digits.target
     if pixels.shape != (1797, 64):
         raise ValueError(f"unexpected digits table of shape {pixels.shape}")
     return (pixels.reshape(-1, 8, 8) / 16.0).astype(np.float64), target.astype(np.int64)

@@ -61,9 +61,9 @@ def quantize(images: np.ndarray) -> np.ndarray:
 
 def digit_sequences() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All 1797 digits as token sequences ``(N, 65)``, with the train and test row indices."""
-    from sklearn.datasets import load_digits
+    from compendium import data
 
-    digits = load_digits()
+    digits = data.load("digits")  # sklearn's digits, checked against data/manifest.yaml
     pixels = quantize(digits.data)  # (N, 64), raster order
     seqs = np.concatenate([PIXEL_LEVELS + digits.target[:, None], pixels], axis=1).astype(np.int64)
     order = np.random.default_rng(SPLIT_SEED).permutation(len(seqs))

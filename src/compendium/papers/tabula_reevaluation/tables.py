@@ -146,11 +146,11 @@ def quartile_labels(y, edges) -> np.ndarray:
 def _real_sources():
     """(name, task type, features (n, d), target (n,), feature names) for the bundled datasets."""
     out = []
-    for name, loader, ttype in (("breast_cancer", datasets.load_breast_cancer, "binary"),
-                                ("wine", datasets.load_wine, "categorical"),
-                                ("iris", datasets.load_iris, "categorical"),
-                                ("diabetes", datasets.load_diabetes, "quartile")):
-        bunch = loader()
+    from compendium import data
+
+    for name, ttype in (("breast_cancer", "binary"), ("wine", "categorical"), ("iris", "categorical"),
+                        ("diabetes", "quartile")):
+        bunch = data.load(name)  # checked against data/manifest.yaml
         names = [re.sub(r"[^a-z0-9]+", "_", n.lower())[:14].strip("_") for n in bunch.feature_names]
         if len(set(names)) != len(names):  # pragma: no cover - guards the truncation
             raise RuntimeError(f"{name}: truncated feature names collide")
