@@ -13,7 +13,7 @@ from compendium.papers import collapsed_operators as paper
 from compendium.papers.collapsed_operators import symbolic
 
 TINY = dict(num_complexes=10, max_vertices=10, num_seeds=5, community_size=8, triangles_per_community=6,
-            smoothing_dof=4.0)
+            smoothing_dof=4.0, num_dev_seeds=3)
 
 
 def _complexes(count=12, seed=0):
@@ -253,6 +253,11 @@ def test_tiny_run_is_deterministic():
         a, b = getattr(first, field.name), getattr(second, field.name)
         if isinstance(a, np.ndarray):
             assert np.array_equal(a, b), field.name
+        elif field.name == "tuned":
+            for regime in a:
+                assert a[regime]["tuned_c"] == b[regime]["tuned_c"] and a[regime]["tuned_w"] == b[regime]["tuned_w"]
+                for m in a[regime]["ari"]:
+                    assert np.array_equal(a[regime]["ari"][m], b[regime]["ari"][m]), (regime, m)
         elif isinstance(a, dict):
             assert a.keys() == b.keys(), field.name
             for k in a:
@@ -264,3 +269,37 @@ def test_tiny_run_is_deterministic():
     assert first.taus.shape == (5, 2)
     assert np.all(first.psd_margin > -1e-9) and np.all(first.eigen_excess < 1e-9)
     np.testing.assert_array_equal(first.ari_triangle_free["L0"], first.ari_triangle_free["collapsed S"])
+
+
+def test_tuning_rule_picks_the_best_dev_mean_first_on_ties():
+    dev = {("S", 0.1): np.array([0.5, 0.7]), ("S", 1.0): np.array([0.6, 0.6]), ("S", 10.0): np.array([0.2, 0.2])}
+    assert paper.select(dev, "S", (0.1, 1.0, 10.0)) == 0.1  # tie at 0.6: the first grid value
+    dev[("S", 10.0)] = np.array([0.9, 0.9])
+    assert paper.select(dev, "S", (0.1, 1.0, 10.0)) == 10.0
+
+
+def test_candidate_operators_contain_the_fusion_and_collapsed_family():
+    cx, _ = paper.triangle_planted_complex(2, 8, 5, 0.2, rng=np.random.default_rng(0))
+    ops = paper.candidate_operators(cx)
+    L0, Ltri = ops["L0"], ops["triangle only"]
+    for w in paper.FUSION_GRID:
+        np.testing.assert_allclose(ops[("fusion", w)], L0 + w * Ltri)
+    tops = [np.linalg.eigvalsh(ops[("S", c)])[-1] for c in paper.COUPLING_GRID]
+    assert np.all(np.diff(tops) >= -1e-9) and tops[-1] <= np.linalg.eigvalsh(L0)[-1] + 1e-9  # S_c increases to L0 in c
+
+
+def test_tuned_comparison_scores_the_main_planted_complexes_and_estimates_are_paired():
+    config = paper.Config(**TINY)
+    result = paper.run(config)
+    planted = result.tuned["planted"]
+    np.testing.assert_array_equal(planted["ari"]["L0"], result.ari["L0"])  # test stream = the main complexes
+    np.testing.assert_array_equal(planted["ari"]["collapsed S (c)"], result.ari["collapsed S"])
+    assert planted["tuned_c"] in paper.COUPLING_GRID and planted["tuned_w"] in paper.FUSION_GRID
+    assert set(planted["ari"]) == set(paper.TUNED_METHODS)
+    est = paper.ledger_estimates(result)
+    gain = est["clustering_gain"]
+    assert gain.n == config.num_seeds and gain.unit == "test complexes"
+    assert gain.low <= gain.point <= gain.high
+    assert np.isclose(gain.point, np.mean(result.ari["collapsed S"] - result.ari["L0"]))
+    graph = result.tuned["graph"]["ari"]
+    assert np.isclose(est["graph_triangle_only"].point, np.mean(graph["triangle only"] - graph["L0"]))

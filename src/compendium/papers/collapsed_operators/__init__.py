@@ -33,7 +33,10 @@ arbitrary orientation.
 
 Uses (``tasks.py``): spectral clustering (k-means on row-normalised lowest eigenvectors), Tikhonov
 smoothing ``(I + tau A)^{-1} y`` at equal effective degrees of freedom ``tr((I + tau A)^{-1})``, and a
-one-sided sign test. Sympy proofs: ``symbolic.py``. The experiment: ``experiment.py``.
+one-sided sign test. Tuned baselines (``baselines.py``): ``c`` of S and the weight ``w`` of the
+fusion ``L0 + w L_tri`` picked by one rule on a dev split, the triangle-only operator ``L_tri``, and a
+regime where the graph, not the triangles, carries the communities. Sympy proofs: ``symbolic.py``.
+The experiment and the ledger's interval estimates: ``experiment.py``.
 
 Small-scale deviations
 ----------------------
@@ -67,6 +70,7 @@ from .experiment import (
     Config,
     Result,
     exact_checks,
+    ledger_estimates,
     operators_for,
     pitfall_numbers,
     random_complex,
@@ -94,4 +98,5 @@ from .symbolic import (
     schur_psd_witness_residual,
     woodbury_residual,
 )
+from .baselines import COUPLING_GRID, FUSION_GRID, TUNED_METHODS, candidate_operators, select, tuned_comparison
 from .tasks import effective_dof, sign_test, spectral_clustering, spectral_embedding, tau_for_dof, tikhonov_smooth

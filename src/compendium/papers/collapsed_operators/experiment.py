@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...runtime import make_rng
+from ...stats import mean_interval, paired_difference
 from . import symbolic
 from .complexes import SimplicialComplex, make_complex, random_clique_complex, triangle_planted_complex, vietoris_rips_complex
 from .operators import (
@@ -18,6 +19,7 @@ from .operators import (
     normalized_laplacian,
     triangle_expansion_laplacian,
 )
+from .baselines import tuned_comparison
 from .tasks import sign_test, spectral_clustering, tau_for_dof, tikhonov_smooth
 from ...validation import require_int as _require_int, require_number as _require_number
 
@@ -56,6 +58,9 @@ class Config:
         Effective degrees of freedom of both Tikhonov smoothers; below the number of vertices.
     smoothing_noise : float in (0, 10]
         Standard deviation of the observation noise.
+    num_dev_seeds : int in [3, 100]
+        Dev complexes per regime on which ``c`` of S and the fusion weight are tuned (disjoint
+        from the ``num_seeds`` test complexes).
     seed : int
     """
 
@@ -69,6 +74,7 @@ class Config:
     noise_edge_prob: float = 0.2
     smoothing_dof: float = 6.0
     smoothing_noise: float = 1.0
+    num_dev_seeds: int = 10
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -82,6 +88,7 @@ class Config:
         _require_number("noise_edge_prob", self.noise_edge_prob, 0, 0.5)
         _require_number("smoothing_dof", self.smoothing_dof, 1, 50, low_open=True)
         _require_number("smoothing_noise", self.smoothing_noise, 0, 10, low_open=True)
+        _require_int("num_dev_seeds", self.num_dev_seeds, 3, 100)
         _require_int("seed", self.seed, 0, 2**32 - 1)
         if self.smoothing_dof >= self.num_communities * self.community_size:
             raise ValueError("smoothing_dof must be below the number of vertices num_communities * community_size")
@@ -111,6 +118,8 @@ class Result:
     example_complex, example_labels, example_clusters : the first planted complex, its communities
         and the clusters found by each method (for the drawing).
     pitfall : dict of numbers showing the trivial collapse and the orientation dependence.
+    tuned : dict regime ('planted', 'graph') -> :func:`baselines.tuned_comparison` output (dev-tuned
+        c and fusion weight, the triangle-only operator and the c sweep, on test complexes).
     """
 
     symbolic: dict
@@ -135,6 +144,7 @@ class Result:
     example_labels: np.ndarray
     example_clusters: dict
     pitfall: dict
+    tuned: dict
 
 
 def random_complex(index: int, max_vertices: int, rng: np.random.Generator) -> tuple[str, SimplicialComplex]:
@@ -322,7 +332,35 @@ def _run(config: Config) -> Result:
         example_labels=labels0,
         example_clusters=clusters0,
         pitfall=pitfall_numbers(cx0, config.coupling_cost, make_rng(config.seed, 5)),
+        # planted test stream 2 = the complexes above; dev streams 6 and 7, graph-regime test stream 8
+        tuned={"planted": tuned_comparison("planted", config, 6, 2), "graph": tuned_comparison("graph", config, 7, 8)},
     )
+
+
+def ledger_estimates(result: Result) -> dict:
+    """The interval estimates the ledger decides on (t intervals over the paired test complexes).
+
+    Keys: ``clustering_gain`` (ARI(S) - ARI(L0), planted), ``misaligned_gain`` (the same with
+    misaligned triangles), ``smoothing_gain`` (MSE(L0) - MSE(S)), ``misaligned_smoothing``
+    (mean relative MSE change of S over L0, misaligned), ``vs_tuned_fusion`` (ARI(S, tuned c) -
+    ARI(fusion, tuned w), planted), ``vs_triangle_only`` (ARI(S, tuned c) - ARI(L_tri), planted),
+    ``graph_regime`` (ARI(S, tuned c) - ARI(L0), graph regime) and ``graph_triangle_only``
+    (ARI(L_tri) - ARI(L0), graph regime).
+    """
+    unit = "test complexes"
+    pd = lambda a, b: paired_difference(a, b, unit=unit)  # noqa: E731
+    planted, graph = result.tuned["planted"]["ari"], result.tuned["graph"]["ari"]
+    mis = result.mse_misaligned
+    return {
+        "clustering_gain": pd(result.ari["collapsed S"], result.ari["L0"]),
+        "misaligned_gain": pd(result.ari_misaligned["collapsed S"], result.ari_misaligned["L0"]),
+        "smoothing_gain": pd(result.mse["L0"], result.mse["collapsed S"]),
+        "misaligned_smoothing": mean_interval((mis["collapsed S"] - mis["L0"]) / mis["L0"], unit=unit),
+        "vs_tuned_fusion": pd(planted["collapsed S (tuned c)"], planted["fusion (tuned w)"]),
+        "vs_triangle_only": pd(planted["collapsed S (tuned c)"], planted["triangle only"]),
+        "graph_regime": pd(graph["collapsed S (tuned c)"], graph["L0"]),
+        "graph_triangle_only": pd(graph["triangle only"], graph["L0"]),
+    }
 
 
 def _ari(truth, found) -> float:
@@ -331,5 +369,5 @@ def _ari(truth, found) -> float:
     return float(adjusted_rand_score(truth, found))
 
 
-__all__ = ["Config", "Result", "run", "exact_checks", "random_complex", "operators_for", "smoothing_mse",
+__all__ = ["Config", "Result", "run", "ledger_estimates", "exact_checks", "random_complex", "operators_for", "smoothing_mse",
            "pitfall_numbers", "sign_test", "EPS_GRID", "EPS_LIMIT", "METHODS", "SPECTRUM_EPS"]
