@@ -1,0 +1,226 @@
+"""One small trainer for the tiny torch models the chapters train (assets and in-notebook fits).
+
+Every chapter that trains a model needs the same handful of things, and each used to write them
+again: AdamW, gradient clipping, a learning-rate warm-up or cosine decay, seeded initialisation
+that leaves the global RNG alone, a scoped thread count (one thread: faster for these sizes on a
+shared 2-core machine, and bitwise reproducible), and a stopping rule that checks a held-out
+metric every few steps. :func:`fit` makes each of them an explicit argument and records what
+happened (:class:`TrainLog`), so an asset can save its training metrics beside its weights.
+
+    spec = TrainSpec(max_steps=800, learning_rate=3e-3, check_every=10, target=0.5)
+    with seeded_init(seed):
+        model = TinyModel(config)
+    rng = np.random.default_rng(seed)                     # batches: the caller's own stream
+    log = fit(model, lambda step: loss_of(model, next_batch(rng)), spec,
+              check=lambda m: dev_accuracy(m, dev))
+    metrics = log.to_dict()
+
+The batch stream belongs to the caller (a closure over its own generator), so the trainer never
+draws random numbers itself: the same seed gives the same model, step for step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+__all__ = ["TrainSpec", "TrainLog", "fit", "learning_rate_at", "seeded_init", "torch_threads"]
+
+SCHEDULES = ("constant", "cosine")
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(threads)``; restore the previous count after."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a whole number >= 1, got {threads!r}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextmanager
+def seeded_init(seed: int) -> Iterator[None]:
+    """Seed torch's CPU generator for the block (parameter initialisation), then restore it.
+
+    The global stream is forked, so building a model here neither depends on nor moves whatever
+    else the process has drawn.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """How to train: optimiser, schedule, clipping, threads and the stopping rule.
+
+    Parameters
+    ----------
+    max_steps : int
+        Optimiser steps at most (the stopping rule may end earlier).
+    learning_rate : float
+        Peak AdamW learning rate.
+    weight_decay : float
+        AdamW's decoupled weight decay.
+    betas : tuple of float
+        AdamW's moment coefficients.
+    grad_clip : float or None
+        Clip the global gradient norm to this value before each step (None: no clipping).
+    warmup_steps : int
+        Linear warm-up: step ``k`` (0-based) uses ``lr * min(1, (k + 1) / warmup_steps)``.
+    schedule : {'constant', 'cosine'}
+        After the warm-up, a constant rate or ``lr * (1 + cos(pi * k / max_steps)) / 2``.
+    threads : int
+        torch threads while training (restored afterwards).
+    check_every : int
+        Evaluate ``check(model)`` every this many steps (0: never).
+    target : float or None
+        Stop at the first check whose value is ``>= target`` (needs ``check_every``).
+    log_every : int
+        Record the training loss every this many steps (and at the last step).
+    """
+
+    max_steps: int
+    learning_rate: float
+    weight_decay: float = 0.01
+    betas: tuple = (0.9, 0.999)
+    grad_clip: float | None = None
+    warmup_steps: int = 0
+    schedule: str = "constant"
+    threads: int = 1
+    check_every: int = 0
+    target: float | None = None
+    log_every: int = 50
+
+    def __post_init__(self):
+        for name in ("max_steps", "warmup_steps", "check_every", "threads", "log_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TrainSpec.{name} must be a non-negative integer, got {value!r}")
+        if self.max_steps < 1 or self.threads < 1 or self.log_every < 1:
+            raise ValueError("TrainSpec needs max_steps, threads and log_every >= 1")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise ValueError(f"TrainSpec.learning_rate must be a positive number, got {self.learning_rate!r}")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ValueError(f"TrainSpec.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if self.grad_clip is not None and not (self.grad_clip > 0 and math.isfinite(self.grad_clip)):
+            raise ValueError(f"TrainSpec.grad_clip must be positive or None, got {self.grad_clip!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"TrainSpec.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.target is not None and self.check_every == 0:
+            raise ValueError("TrainSpec.target needs check_every > 0 (a stopping rule needs a check)")
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+
+
+def learning_rate_at(spec: TrainSpec, step: int) -> float:
+    """The learning rate of 0-based optimiser step ``step`` under ``spec``'s warm-up and schedule."""
+    lr = spec.learning_rate
+    if spec.warmup_steps:
+        lr *= min(1.0, (step + 1) / spec.warmup_steps)
+    if spec.schedule == "cosine":
+        lr *= 0.5 * (1.0 + math.cos(math.pi * step / spec.max_steps))
+    return lr
+
+
+@dataclass
+class TrainLog:
+    """What :func:`fit` did: steps run, losses, checks, whether the stopping rule fired."""
+
+    steps: int = 0
+    losses: list = field(default_factory=list)  # (step, loss), 1-based steps
+    checks: list = field(default_factory=list)  # (step, value)
+    stopped_early: bool = False
+    final_loss: float = math.nan
+    seconds: float = 0.0
+
+    @property
+    def last_check(self) -> float | None:
+        return self.checks[-1][1] if self.checks else None
+
+    def to_dict(self, timing: bool = False) -> dict:
+        """JSON-ready metrics (wall time left out unless asked: it varies between runs)."""
+        out = asdict(self)
+        out["last_check"] = self.last_check
+        if not timing:
+            out.pop("seconds")
+        return out
+
+
+def fit(
+    model: torch.nn.Module,
+    loss_fn: Callable[[int], torch.Tensor],
+    spec: TrainSpec,
+    *,
+    check: Callable[[torch.nn.Module], float] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> TrainLog:
+    """Train ``model`` by minimising ``loss_fn(step)`` with AdamW under ``spec``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Trained in place (``model.train()`` during steps; checks run in ``eval()`` mode).
+    loss_fn : callable
+        ``loss_fn(step) -> scalar tensor`` for 0-based ``step``: draws its own batch (from the
+        caller's seeded generator) and returns the loss to minimise.
+    spec : TrainSpec
+    check : callable, optional
+        ``check(model) -> float`` on held-out data, every ``spec.check_every`` steps.
+    optimizer : torch.optim.Optimizer, optional
+        Continue with this optimiser (e.g. a second phase); default a fresh AdamW from ``spec``.
+
+    Returns
+    -------
+    TrainLog
+    """
+    if spec.check_every and check is None:
+        raise ValueError("spec.check_every > 0 needs a check(model) function")
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate,
+                                      weight_decay=spec.weight_decay, betas=spec.betas)
+    log = TrainLog()
+    start = time.perf_counter()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    with torch_threads(spec.threads):
+        model.train()
+        for step in range(spec.max_steps):
+            lr = learning_rate_at(spec, step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss = loss_fn(step)
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise ValueError("loss_fn(step) must return a scalar tensor")
+            optimizer.zero_grad()
+            loss.backward()
+            if spec.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
+            optimizer.step()
+            log.steps = step + 1
+            log.final_loss = float(loss.detach())
+            if log.steps % spec.log_every == 0:
+                log.losses.append((log.steps, log.final_loss))
+            if spec.check_every and log.steps % spec.check_every == 0:
+                model.eval()
+                with torch.no_grad():
+                    value = float(check(model))
+                model.train()
+                log.checks.append((log.steps, value))
+                if spec.target is not None and value >= spec.target:
+                    log.stopped_early = log.steps < spec.max_steps
+                    break
+        if not log.losses or log.losses[-1][0] != log.steps:
+            log.losses.append((log.steps, log.final_loss))
+        model.eval()
+    log.seconds = time.perf_counter() - start
+    return log
