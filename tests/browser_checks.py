@@ -277,3 +277,97 @@ def check_internal_links(html_root: Path) -> list[str]:
 def page_has_math(path: Path) -> bool:
     text = path.read_text(encoding="utf-8", errors="replace")
     return bool(re.search(r'class="math|\\\(|\\\[', text))
+
+
+# ------------------------------------------------------------------ the chapter as compendium.bookview shapes it
+def check_parameters_once(driver) -> list[str]:
+    """One parameters cell (the effective values, origins as comments); Papermill's cell is gone."""
+    info = driver.execute_script(
+        "const cells = Array.from(document.querySelectorAll('main div.cell'));"
+        "return {params: cells.filter(c => c.classList.contains('tag_parameters')).length,"
+        " effective: cells.filter(c => c.classList.contains('tag_effective-parameters')).length,"
+        " injected: cells.filter(c => c.classList.contains('tag_injected-parameters')).length,"
+        " scale: cells.filter(c => /^\\s*scale = /m.test(c.querySelector('.cell_input')?.textContent || '')).length};"
+    )
+    problems = []
+    if info["injected"]:
+        problems.append("Papermill's injected-parameters cell is shown")
+    if info["params"] != 1 or info["effective"] != 1:
+        problems.append(f"{info['params']} parameters cells ({info['effective']} with effective values), expected 1")
+    if info["scale"] != 1:
+        problems.append(f"'scale = ...' appears in {info['scale']} code cells, expected 1")
+    return problems
+
+
+def check_no_glue_only_cells(driver) -> list[str]:
+    """No visible code cell consists only of ``glue(...)`` calls (top-level statements)."""
+    shown = driver.execute_script(
+        "return Array.from(document.querySelectorAll('main div.cell .cell_input'))"
+        ".filter(c => c.getClientRects().length > 0 || c.closest('details')).map(c => c.textContent);"
+    )
+    glue = re.compile(r"^(_\s*=\s*)?([A-Za-z_][\w.]*\.)?glue\(")
+    problems = []
+    for text in shown:
+        top = [ln for ln in text.splitlines() if ln.strip() and not ln[0].isspace()
+               and not ln.startswith(("#", ")", "]", "}"))]
+        if top and all(glue.match(ln) for ln in top):
+            problems.append(f"a glue-only cell is shown: {top[0][:60]}")
+    return problems
+
+
+def check_plot_code_folded(driver, expect_fold: bool) -> list[str]:
+    """Plotting cells sit behind a closed "Show code cell source" toggle that opens on click."""
+    from selenium.webdriver.common.by import By
+
+    folds = driver.find_elements(By.CSS_SELECTOR, "div.cell.tag_hide-input details.hide")
+    if not folds:
+        return ["no folded (hide-input) code cell on a page with figures"] if expect_fold else []
+    problems = []
+    fold = folds[0]
+    code = fold.find_elements(By.CSS_SELECTOR, ".cell_input, pre")
+    if fold.get_attribute("open") is not None or any(el.is_displayed() for el in code):
+        problems.append("folded code is visible before its toggle is clicked")
+    summary = fold.find_element(By.TAG_NAME, "summary")
+    if "show code" not in (summary.get_attribute("textContent") or "").lower():
+        problems.append(f"the toggle does not say 'show code': {summary.text!r}")
+    driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click();", summary)
+    import time
+
+    time.sleep(0.3)
+    if not any(el.is_displayed() for el in fold.find_elements(By.CSS_SELECTOR, "pre")):
+        problems.append("folded code stays hidden after its toggle is clicked")
+    elif not re.search(r"plt\.|sns\.|\.figure\(|ax", fold.get_attribute("textContent") or ""):
+        problems.append("a folded cell holds no plotting code")
+    return problems
+
+
+def check_figure_numbers(driver) -> list[str]:
+    """Figure captions are numbered 1, 2, ... in this chapter (not across the book)."""
+    numbers = driver.execute_script(
+        "return Array.from(document.querySelectorAll('main figure .caption-number'))"
+        ".map(s => s.textContent.trim());"
+    )
+    wanted = [f"Fig. {i}" for i in range(1, len(numbers) + 1)]
+    got = [n.rstrip(".").strip() for n in numbers]
+    return [] if got == wanted else [f"figure numbers {got}, expected {wanted}"]
+
+
+def check_source_links(driver, repo_root: Path) -> list[str]:
+    """The "Source files" box names the notebook, library and tests; each exists, each link resolves."""
+    from selenium.webdriver.common.by import By
+
+    boxes = driver.find_elements(By.CSS_SELECTOR, "main .chapter-sources")
+    if len(boxes) != 1:
+        return [f"{len(boxes)} 'Source files' boxes, expected 1"]
+    box = boxes[0]
+    text = box.get_attribute("textContent") or ""
+    problems = [f"source box does not name the {what}" for what in ("notebook", "library", "tests")
+                if f"{what}:" not in text]
+    for el in box.find_elements(By.CSS_SELECTOR, "li code, li a"):
+        path = (el.get_attribute("textContent") or "").strip()
+        if path.startswith(("notebooks/", "src/", "tests/")) and not (repo_root / path.rstrip("/")).exists():
+            problems.append(f"source box names a file that does not exist: {path}")
+        href = el.get_attribute("href") if el.tag_name == "a" else None
+        if href and not urlparse(href).scheme.startswith("http"):
+            problems.append(f"source link is not a repository URL: {href}")
+    return problems

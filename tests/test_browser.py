@@ -3,7 +3,9 @@
 Checks the introduction, dashboard, runtime page and every chapter: no console errors, no
 request leaving loopback, math typeset by the MathJax the book serves itself, every image
 loads, figures described, headings in order, the claims table with one badge per claim, the
-executed-notebook download, exercise solutions hidden until clicked; plus an internal link and
+executed-notebook download, exercise solutions hidden until clicked; and what
+``compendium.bookview`` shapes: the parameters shown once, no glue-only cell, plotting code folded
+behind a "show code" toggle, figures numbered from 1 in each chapter, the source-files box; plus an internal link and
 anchor check over every page. Screenshots of the dashboard and each chapter are saved under
 ``.ci/artifacts/screenshots/``. The last tests break a copy of the book on purpose and show
 that the checks fail.
@@ -11,6 +13,7 @@ that the checks fail.
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +24,7 @@ import browser_checks as bc
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not bc.browser_available(),
                                                   reason="needs chromium, chromedriver and selenium")]
 REGISTRY = load_registry()
+REPO = Path(__file__).resolve().parents[1]
 PAGES = ["intro.html", "dashboard.html", "runtime.html"] + [f"chapters/{c.slug}.html" for c in REGISTRY.ready]
 
 
@@ -62,6 +66,12 @@ def test_page_as_a_reader_sees_it(html_root, server, browser, page):
         claims = json.loads((html_root.parents[2] / slug / "claims.json").read_text())["claims"]
         problems += bc.check_ledger(browser, claims)
         problems += bc.check_download(browser, server.base, slug)
+        problems += bc.check_parameters_once(browser)
+        problems += bc.check_no_glue_only_cells(browser)
+        problems += bc.check_figure_numbers(browser)
+        problems += bc.check_source_links(browser, REPO)
+        bc.load(browser, server.base + page)  # fresh state for the toggles
+        problems += bc.check_plot_code_folded(browser, 'src="../_images/' in (html_root / page).read_text())
         bc.SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(bc.SCREENSHOTS / f"chapter-{slug}.png"))
         bc.load(browser, server.base + page)  # fresh state for the solutions check
@@ -138,3 +148,22 @@ def test_a_visible_solution_is_caught(broken_copy, browser):
     with bc.BookServer(broken_copy) as srv:
         bc.load(browser, srv.base + str(page.relative_to(broken_copy)))
         assert bc.check_solutions_hidden(browser)
+
+
+def test_a_book_wide_figure_number_is_caught(broken_copy, browser):
+    page = _first_chapter_with_figure(broken_copy)
+    page.write_text(page.read_text().replace('caption-number">Fig. 1', 'caption-number">Fig. 32', 1))
+    with bc.BookServer(broken_copy) as srv:
+        bc.load(browser, srv.base + str(page.relative_to(broken_copy)))
+        assert bc.check_figure_numbers(browser)
+
+
+def test_an_unfolded_plotting_cell_and_a_second_parameters_cell_are_caught(broken_copy, browser):
+    page = _first_chapter_with_figure(broken_copy)
+    text = page.read_text().replace("cell tag_hide-input", "cell", 50).replace(
+        "cell tag_parameters", "cell tag_injected-parameters", 1)
+    page.write_text(text)
+    with bc.BookServer(broken_copy) as srv:
+        bc.load(browser, srv.base + str(page.relative_to(broken_copy)))
+        assert bc.check_plot_code_folded(browser, expect_fold=True)
+        assert bc.check_parameters_once(browser)
