@@ -19,7 +19,7 @@ SETARGS   = $(foreach kv,$(SET),--set $(kv))
 export HF_HUB_OFFLINE := 1
 export JUPYTER_PATH := $(CURDIR)
 
-.PHONY: setup book chapter test validate lab clean benchmarks help
+.PHONY: setup book chapter test pdf publish validate lab clean benchmarks help
 
 help:
 	@sed -n '2,9p' Makefile
@@ -45,6 +45,12 @@ chapter: setup
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+pdf: setup
+	$(BIN)/python -m compendium.publish pdf --scale $(SCALE)
+
+publish: setup
+	$(BIN)/python -m compendium.publish archive --scale $(SCALE)
 
 benchmarks: setup
 	$(BIN)/python benchmarks/workflow_times.py

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from . import paths
+from .bookview import chapter_view
 from .claims import VERDICTS, verdict_badge
 from .registry import ChapterEntry, Registry
 
@@ -381,7 +382,7 @@ def stage_book(registry: Registry, scale: str, profile: str = "local") -> Path:
     for st in states:
         if st.state == "finished":
             executed = paths.results_root() / scale / st.entry.slug / f"{st.entry.slug}.ipynb"
-            put(f"chapters/{st.entry.slug}.ipynb", executed.read_bytes())
+            put(f"chapters/{st.entry.slug}.ipynb", chapter_view(executed, st.entry, scale))  # bookview: as a reader sees it
         elif st.state == "failed":
             put(f"chapters/{st.entry.slug}.md", failed_page(st))
         elif st.state == "not_run":
