@@ -1,0 +1,94 @@
+"""compendium.bookview: the executed notebook as the book shows it (no build, no browser)."""
+
+import json
+
+import nbformat
+import yaml
+
+from compendium import bookview
+from compendium.registry import load_registry
+
+REGISTRY = load_registry()
+
+
+def _code(source, tags=(), outputs=()):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["tags"] = list(tags)
+    cell.outputs = list(outputs)
+    return cell
+
+
+def _executed(tmp_path, entry, cells, parameters):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {entry.title}\n\nIntro.")] + cells
+    path = tmp_path / f"{entry.slug}.ipynb"
+    nbformat.write(nb, str(path))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"chapter": entry.slug, "scale": "smoke",
+                                                         "parameters": parameters}))
+    return path
+
+
+def _entry_with_integer_parameter():
+    for entry in REGISTRY.ready:
+        for name, spec in entry.parameters.items():
+            if spec["type"] == "integer":
+                return entry, name
+    raise AssertionError("no chapter with an integer parameter")
+
+
+def test_parameters_shown_once_with_their_origin(tmp_path):
+    entry, name = _entry_with_integer_parameter()
+    registry = entry.resolve("smoke")
+    effective = {**registry, name: registry[name] + 1}  # as after --set name=...
+    own = "\n".join(f"{k} = {v!r}" for k, v in registry.items())
+    injected = "# Parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in effective.items())
+    path = _executed(tmp_path, entry, [_code(own, ["parameters"]), _code(injected, ["injected-parameters"]),
+                                       _code("x = 1")], effective)
+    nb = json.loads(bookview.chapter_view(path, entry, "smoke"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert not any("injected-parameters" in c["metadata"].get("tags", []) for c in code)
+    params = [c for c in code if "parameters" in c["metadata"].get("tags", [])]
+    assert len(params) == 1
+    lines = {ln.split(" = ")[0]: ln for ln in params[0]["source"].splitlines() if " = " in ln and not ln.startswith("#")}
+    assert f"{name} = {registry[name] + 1}" in lines[name] and "--set override" in lines[name]
+    assert f"registry: {registry[name]}" in lines[name]
+    others = [ln for k, ln in lines.items() if k != name]
+    assert others and not any("--set" in ln for ln in others)
+    assert "the run's scale" in lines["scale"]
+
+
+def test_glue_only_cells_removed_and_plotting_folded_with_library_calls_visible(tmp_path):
+    entry = REGISTRY.ready[0]
+    cells = [
+        _code("from compendium.papers import x as paper\nimport matplotlib.pyplot as plt\nch = start()"),
+        _code('ch.glue("a", 1)\n_ = ch.glue("b", 2, ".3f")\nfor k in range(2):\n    ch.glue(f"c{k}", k)'),
+        _code('ch.glue("a", 1)\ny = 2'),
+        _code('data = paper.load()\nfig, ax = plt.subplots()\nax.plot(data)\nch.figure(fig, "f")\nch.glue("n", 3)',
+              outputs=[nbformat.v4.new_output("display_data", {"text/plain": "x"})]),
+        _code("def draw(ax):\n    ax.plot([1])"),
+        _code("ledger = ch.ledger\nledger.check('a', 'b', measured=1)"),
+    ]
+    path = _executed(tmp_path, entry, cells, entry.resolve("smoke"))
+    nb = json.loads(bookview.chapter_view(path, entry, "smoke"))
+    code = [(c["source"], c["metadata"].get("tags", []), len(c["outputs"])) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code[0][1] == []                                  # imports and setup: shown
+    assert "remove-cell" in code[1][1]                       # glue only
+    assert "remove-cell" not in code[2][1]                   # glue and something else
+    assert code[3] == ("data = paper.load()", [], 0)         # the library call stays visible ...
+    assert code[4][0].startswith("fig, ax") and "hide-input" in code[4][1] and code[4][2] == 1  # ... the plot folds
+    assert "hide-input" in code[5][1]                        # a drawing helper
+    assert code[6][1] == []                                  # the ledger: shown
+
+
+def test_source_box_after_the_title_names_existing_files(tmp_path):
+    entry = REGISTRY.ready[0]
+    path = _executed(tmp_path, entry, [_code("x = 1")], entry.resolve("smoke"))
+    nb = json.loads(bookview.chapter_view(path, entry, "smoke"))
+    first = nb["cells"][0]["source"]
+    assert first.startswith(f"# {entry.title}\n")
+    assert first.index("chapter-sources") < first.index("Intro.")
+    from compendium import paths
+
+    for what, rel in bookview.source_files(entry):
+        assert f"`{rel}`" in first
+        assert (paths.ROOT / rel.rstrip("/")).exists(), rel
