@@ -15,7 +15,12 @@ PYTEST_ARGS ?=
 
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
-SETARGS   = $(foreach kv,$(SET),--set $(kv))
+# SET and SLUG reach compendium as literal strings through the environment, never through the
+# shell: `SET="x.orders=[64, 128]"` stays one override, `SET="x.a=1;rm -rf ~"` is only text (and
+# refused as a malformed override). compendium splits COMPENDIUM_SET at whitespace outside brackets.
+export COMPENDIUM_SET = $(value SET)
+export COMPENDIUM_SLUG = $(value SLUG)
+unexport SET SLUG  # make would otherwise expand them (running any $(shell ...)) to export them itself
 export HF_HUB_OFFLINE := 1
 export JUPYTER_PATH := $(CURDIR)
 
@@ -33,15 +38,15 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 validate: setup
-	$(BIN)/compendium validate --scale $(SCALE) $(SETARGS)
+	$(BIN)/compendium validate --scale $(SCALE)
 
 book: setup
-	$(BIN)/compendium build --scale $(SCALE) --profile $(PROFILE) --cores $(CORES) $(SETARGS)
+	$(BIN)/compendium build --scale $(SCALE) --profile $(PROFILE) --cores $(CORES)
 
 chapter: setup
-	@test -n "$(SLUG)" || { echo "usage: make chapter SLUG=<slug> [SET='seed=3'] [FORCE=1]"; exit 2; }
-	$(BIN)/compendium build --scale $(SCALE) --profile $(PROFILE) --cores $(CORES) --only $(SLUG) \
-		$(SETARGS) $(if $(FORCE),--force $(SLUG))
+	@test -n "$$COMPENDIUM_SLUG" || { echo "usage: make chapter SLUG=<slug> [SET='seed=3'] [FORCE=1]"; exit 2; }
+	$(BIN)/compendium build --scale $(SCALE) --profile $(PROFILE) --cores $(CORES) --only "$$COMPENDIUM_SLUG" \
+		$(if $(FORCE),--force "$$COMPENDIUM_SLUG")
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -67,6 +67,18 @@ def read_benchmark(path: Path) -> dict | None:
     return out
 
 
+def read_failure(path: Path, slug: str, scale: str) -> dict:
+    """A chapter's ``FAILED.json``; an unreadable or corrupt one (a full disk) still reads as a failure."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(record, dict) and "chapter" in record:
+            return record
+        problem = "not a failure record"
+    except (OSError, ValueError) as err:
+        problem = f"{type(err).__name__}: {err}"
+    return {"chapter": slug, "scale": scale, "error": "unreadable failure record", "message": f"{path.name}: {problem}"}
+
+
 def chapter_states(registry: Registry, scale: str) -> list[ChapterState]:
     root = paths.results_root() / scale
     states = []
@@ -80,7 +92,7 @@ def chapter_states(registry: Registry, scale: str) -> list[ChapterState]:
         claims = out / "claims.json"
         notebook = out / f"{entry.slug}.ipynb"
         if failed.is_file():
-            states.append(ChapterState(entry, "failed", failure=json.loads(failed.read_text()), benchmark=bench))
+            states.append(ChapterState(entry, "failed", failure=read_failure(failed, entry.slug, scale), benchmark=bench))
         elif claims.is_file() and notebook.is_file():
             data = json.loads(claims.read_text(encoding="utf-8"))
             states.append(ChapterState(entry, "finished", claims=data["claims"], benchmark=bench))

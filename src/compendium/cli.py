@@ -14,19 +14,34 @@
 Snakemake, so bad input costs nothing and writes nothing. With ``--keep-going`` (the default) a
 failing chapter does not stop the others; the book is then built from the chapters that finished,
 the failed ones marked as failed, and the command still exits non-zero.
+
+Overrides also come from the environment: ``COMPENDIUM_SET`` holds overrides separated by
+whitespace outside brackets and quotes (``'seed=3 orders=[64, 128]'``); the Makefile's ``SET``
+reaches the CLI this way, never through a shell. ``build`` and ``execute`` refuse to start with
+less than ``COMPENDIUM_MIN_FREE_MB`` (default 300) megabytes free where results are written.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from . import paths
-from .registry import RegistryError, overrides_from_strings
+from .registry import RegistryError, overrides_from_strings, split_overrides
 from .workflow import PROFILES, Plan
+
+MIN_FREE_MB = 300  # default of COMPENDIUM_MIN_FREE_MB: a smoke build writes well under this
+
+
+class Refused(RuntimeError):
+    """The command cannot start (no disk space, another build running): nothing was written."""
 
 
 def _profile_dir(profile: str) -> Path:
@@ -49,7 +64,64 @@ def _plan(args) -> Plan:
         entry = plan.registry.chapter(slug)
         if not entry.ready:
             raise RegistryError(f"chapter {slug!r} is planned, not ready: there is nothing to run")
+    if only:
+        # an override of a chapter that is not run would rerun it (its parameters changed) or be ignored
+        for slug in overrides:
+            if slug not in only:
+                raise RegistryError(
+                    f"--set overrides chapter {slug!r}, which --only does not run ({', '.join(only)}): "
+                    f"add it to --only or drop the override"
+                )
     return plan
+
+
+def check_configs(plan: Plan, slugs=None) -> None:
+    """Build each chapter's own ``Config`` from its effective parameters, as its notebook does.
+
+    The registry checks types and ranges; a ``Config`` also checks what a schema cannot say (a
+    list that must be increasing). Chapters without a paper module (test fixtures) are skipped.
+    """
+    import dataclasses
+    import importlib
+
+    for slug in plan.params if slugs is None else slugs:
+        module_name = plan.registry.chapter(slug).module
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name == module_name:
+                continue
+            raise
+        config_cls = getattr(module, "Config", None)
+        if config_cls is None or not dataclasses.is_dataclass(config_cls):
+            continue
+        fields = {f.name for f in dataclasses.fields(config_cls)}
+        values = {k: v for k, v in plan.params[slug].items() if k in fields}
+        try:
+            config_cls(**values)
+        except (ValueError, TypeError) as err:
+            raise RegistryError(f"chapter {slug!r}: its Config rejects the parameters at scale {plan.scale!r}: {err}") from None
+
+
+def check_free_space() -> None:
+    """Refuse to start with less than COMPENDIUM_MIN_FREE_MB megabytes free for results and state."""
+    raw = os.environ.get("COMPENDIUM_MIN_FREE_MB", str(MIN_FREE_MB))
+    try:
+        need = float(raw)
+    except ValueError:
+        need = math.nan
+    if not math.isfinite(need) or need < 0:
+        raise Refused(f"COMPENDIUM_MIN_FREE_MB must be a number of megabytes >= 0, got {raw!r}")
+    for target in dict.fromkeys([paths.results_root(), paths.ROOT / ".snakemake"]):
+        probe = Path(target)
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free / 2**20
+        if free < need:
+            raise Refused(
+                f"only {free:.1f} MB free on {probe} (for {target}); a run needs at least {need:g} MB: "
+                "free some space (or set COMPENDIUM_MIN_FREE_MB)"
+            )
 
 
 def _run_config(args, plan: Plan, partial: bool) -> Path:
@@ -96,12 +168,23 @@ def _snakemake_cmd(args, plan: Plan, config_file: Path, partial: bool = False) -
 
 def cmd_validate(args) -> int:
     plan = _plan(args)
+    check_configs(plan)
     ready = plan.registry.ready
-    print(f"registry OK: {len(plan.registry.chapters)} chapters ({len(ready)} ready, "
-          f"{len(plan.registry.chapters) - len(ready)} planned); scale {plan.scale!r}")
-    for slug, values in plan.params.items():
-        print(f"  {slug}: {json.dumps(values, sort_keys=True)}")
+    try:
+        print(f"registry OK: {len(plan.registry.chapters)} chapters ({len(ready)} ready, "
+              f"{len(plan.registry.chapters) - len(ready)} planned); scale {plan.scale!r}")
+        for slug, values in plan.params.items():
+            print(f"  {slug}: {json.dumps(values, sort_keys=True)}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `compendium validate | head`: the reader has seen enough
+        _silence_stdout()
     return 0
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the exit flush raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 class _BuildLock:
@@ -123,7 +206,7 @@ class _BuildLock:
             fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.fh.close()
-            raise RegistryError(f"another build is running in {self.path.parents[1]} (lock {self.path})") from None
+            raise Refused(f"another build is running in {self.path.parents[1]} (lock {self.path})") from None
         return self
 
     def __exit__(self, *exc):
@@ -168,6 +251,9 @@ def cmd_data(args) -> int:
 def cmd_build(args) -> int:
     plan = _plan(args)
     _profile_dir(args.profile)
+    check_configs(plan, [s for s in plan.params if s in overrides_from_strings(args.set or [], _default_slug(args))])
+    if not args.dry_run:
+        check_free_space()
     _check_data()
     args.snakemake_args = ["--nolock", *(args.snakemake_args or [])]
     with _BuildLock(paths.ROOT):
@@ -201,20 +287,23 @@ def cmd_execute(args) -> int:
     args.only = [args.slug]
     plan = _plan(args)
     entry = plan.registry.chapter(args.slug)
-    for name in entry.assets:
-        _ensure_asset(plan, name)
+    check_configs(plan, [args.slug])
+    check_free_space()
     outputs = plan.chapter_outputs(args.slug)
-    try:
-        data = execute_chapter(
-            slug=args.slug, scale=plan.scale, notebook=entry.notebook, parameters=plan.params[args.slug],
-            output_notebook=paths.ROOT / outputs["notebook"], claims=paths.ROOT / outputs["claims"],
-            params_file=paths.ROOT / outputs["params"],
-            figures=paths.ROOT / plan.out(args.slug, "figures"), timeout_s=plan.timeout_s(),
-            threads=entry.threads,
-        )
-    except ChapterFailed as err:
-        print(f"compendium: {err}", file=sys.stderr)
-        return 1
+    with _BuildLock(paths.ROOT):  # the same lock as `build`: never two writers of one chapter's outputs
+        for name in entry.assets:
+            _ensure_asset(plan, name)
+        try:
+            data = execute_chapter(
+                slug=args.slug, scale=plan.scale, notebook=entry.notebook, parameters=plan.params[args.slug],
+                output_notebook=paths.ROOT / outputs["notebook"], claims=paths.ROOT / outputs["claims"],
+                params_file=paths.ROOT / outputs["params"],
+                figures=paths.ROOT / plan.out(args.slug, "figures"), timeout_s=plan.timeout_s(),
+                threads=entry.threads,
+            )
+        except ChapterFailed as err:
+            print(f"compendium: {err}", file=sys.stderr)
+            return 1
     for claim in data["claims"]:
         print(f"  {claim['verdict']:>13}  {claim['id']}: measured {claim['measured']} (criterion {claim['criterion']})")
     print(f"executed notebook: {paths.ROOT / outputs['notebook']}")
@@ -233,6 +322,11 @@ def _ensure_asset(plan: Plan, name: str, force: bool = False) -> Path:
     print(f"building asset {name!r} ({plan.scale}) ...", flush=True)
     return build_asset(name, spec["builder"], paths.ROOT / "results" / plan.scale / "assets" / name,
                        plan.scale, spec.get("seed", 0))
+
+
+def _default_slug(args) -> str | None:
+    only = getattr(args, "only", None) or []
+    return only[0] if len(only) == 1 else None
 
 
 def cmd_asset(args) -> int:
@@ -277,6 +371,16 @@ def cmd_kernel(args) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of cores >= 1, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compendium", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -293,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="run the chapters and build the book with Snakemake")
     common(p)
     p.add_argument("--profile", default="local", help=f"where it runs: {', '.join(PROFILES)}")
-    p.add_argument("--cores", type=int, default=None, help="cores for Snakemake (default: the profile's)")
+    p.add_argument("--cores", type=_positive_int, default=None, help="cores for Snakemake (default: the profile's)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device for every chapter")
     p.add_argument("--only", nargs="+", metavar="SLUG", help="run these chapters (and rebuild the book)")
     p.add_argument("--force", nargs="+", metavar="SLUG", help="rerun these chapters even if up to date")
@@ -335,10 +439,21 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
         args.snakemake_args = args.snakemake_args[1:]
     try:
+        if hasattr(args, "set"):  # the Makefile's SET, passed as a literal string
+            args.set = split_overrides(os.environ.get("COMPENDIUM_SET", "")) + (args.set or [])
         return args.func(args)
-    except (RegistryError, FileExistsError) as err:
+    except (RegistryError, FileExistsError, Refused) as err:
         print(f"compendium: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except OSError as err:  # a full disk, a read-only results/: one line naming the path
+        if err.filename is None and err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        where = f": {err.filename}" if err.filename else ""
+        print(f"compendium: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("compendium: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

@@ -61,6 +61,26 @@ def _failure_record(slug: str, scale: str, err: Exception) -> dict:
     return record
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: never a partial file.
+
+    On a full disk the temporary file is removed and the ``OSError`` (naming ``path``) re-raised,
+    so a reader finds the old file or none, never a truncated one.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a record is as readable as the outputs
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from None
+
+
 def describe_failure(record: dict) -> str:
     if "ename" in record:
         cell = record.get("exec_count") or record.get("cell_index")
@@ -151,11 +171,16 @@ def execute_chapter(
                 err = ChapterFailed(f"chapter {slug!r} exceeded the {scale} timeout of {timeout_s} s")
             record = _failure_record(slug, scale, err)
             record["elapsed_s"] = round(time.perf_counter() - start, 2)
-            (out_dir / "FAILED.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-            if dst.is_file():
-                shutil.copyfile(dst, out_dir / "failed.ipynb")
+            message = describe_failure(record)
+            try:
+                write_atomic(out_dir / "FAILED.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
+                if dst.is_file():
+                    shutil.copyfile(dst, out_dir / "failed.ipynb")
+            except OSError as write_err:  # a full disk: say so in one line, leave no partial record
+                (out_dir / "failed.ipynb").unlink(missing_ok=True)
+                message += f" (and the failure record could not be written: {write_err.strerror}: {write_err.filename})"
             claims.unlink(missing_ok=True)
-            raise ChapterFailed(describe_failure(record)) from None
+            raise ChapterFailed(message) from None
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)

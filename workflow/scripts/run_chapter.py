@@ -27,3 +27,7 @@ with open(sm.log[0], "w", encoding="utf-8") as log:
               file=sys.stderr)
         log.write(f"\nERROR {err}\n")
         sys.exit(1)
+    except OSError as err:  # a full disk or a read-only results/: one line naming the path, no traceback
+        print(f"\nERROR chapter {sm.wildcards.slug!r}: cannot write {err.filename or 'its outputs'}: {err.strerror or err}\n",
+              file=sys.stderr)
+        sys.exit(1)
