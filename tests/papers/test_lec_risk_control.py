@@ -232,11 +232,55 @@ def test_config_converts_lists_to_tuples():
 def test_tiny_run_is_deterministic():
     config = paper.Config(**TINY)
     first, second = paper.run(config), paper.run(config)
-    for name in ("sources", "cells", "power", "routing"):
+    for name in ("sources", "cells", "power", "oracle", "routing"):
         pd.testing.assert_frame_equal(getattr(first, name), getattr(second, name))
+    assert len(first.oracle) == 4 * 2 and first.oracle.retention.between(0, 1).all()
+    assert (first.power.gain_ltt_se >= 0).all() and (first.routing.gain_se >= 0).all()
     assert first.unit_checks == second.unit_checks and all(first.unit_checks.values())
     assert len(first.cells) == 4 * 2 * 1 * len(paper.METHODS)  # sources x n x alpha x methods
     assert set(first.cells.source) == {"gauss-2", "digits", "breast_cancer", "wine"}
     assert first.power.shape[0] == 4 * 2 and first.routing.shape[0] == 2
     assert first.routing_thresholds[(30, 0.1)][0].shape == (100,)
     assert first.cells.retention.between(0, 1).all() and first.cells.pac_fraction.between(0, 1).all()
+
+
+# ---------------------------------------------------------------- the swap identity and the estimates
+def test_swap_identity_matches_leave_one_out_sum():
+    rng = np.random.default_rng(3)
+    for _ in range(150):
+        n = int(rng.integers(2, 35))
+        alpha = float(rng.choice([0.05, 0.1, 0.2, 0.3]))
+        u, e = _random_set(rng, n)
+        assert paper.swap_sum_direct(u, e, alpha) == pytest.approx(paper.swap_sum_identity(u, e, alpha), abs=1e-9)
+    with pytest.raises(ValueError):
+        paper.swap_sum_identity([0.0, 0.0, 1.0], [0, 1, 0], 0.1)
+
+
+def test_walk_positions_known_case():
+    # alpha = 0.5, errors sorted 0 1 0 0 1 1: W = 0, -.5, 0, -.5, -1, -.5, 0
+    walk, k0, k1 = paper.walk_positions([0, 1, 0, 0, 1, 1], 0.5)
+    np.testing.assert_allclose(walk, [0, -0.5, 0, -0.5, -1, -0.5, 0])
+    assert (k0, k1) == (6, 4)
+
+
+def test_oracle_threshold_is_valid_in_sample():
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal((50, 40))
+    e = (rng.random((50, 40)) < 0.3).astype(int)
+    lam = paper.oracle_thresholds(u, e, 0.1)
+    accepted = u <= lam[:, None]
+    assert np.all((accepted * (e - 0.1)).sum(1) <= 1e-9)  # the symmetric rule's own sum is <= 0
+
+
+def test_worst_cell_decides_every_cell_criteria():
+    labels = ["a", "b", "c"]
+    est, cell = paper.worst_cell([-0.01, 0.005, -0.002], [0.001, 0.001, 0.001], labels, bad_side="high", num_draws=100, what="x")
+    assert cell == "b" and est.low > 0 and est.n == 100 and est.unit == "calibration draws"  # a clear failure decides
+    est, cell = paper.worst_cell([-0.01, -0.0005, -0.002], [0.001, 0.001, 0.001], labels, bad_side="high", num_draws=100, what="x")
+    assert cell == "b" and est.low < 0 < est.high  # no clear failure: the highest upper end decides (inconclusive)
+    est, cell = paper.worst_cell([0.01, 0.02, -0.005], [0.001, 0.001, 0.001], labels, bad_side="low", num_draws=100, what="x")
+    assert cell == "c" and est.high < 0
+    frame = pd.DataFrame(dict(source=["s", "s", "t"], n=[10, 20, 10], alpha=[0.1, 0.1, 0.1],
+                              pooled_risk=[0.15, 0.2, 0.11], risk_se=[0.01, 0.01, 0.01]))
+    est, cell = paper.flagged_on_every_source(frame, 100)
+    assert cell.startswith("t,") and est.point == pytest.approx(0.01)  # t is the least clearly flagged source

@@ -45,6 +45,9 @@ Small-scale deviations
   finite test split and removes test noise; it also makes ties real for large n.
 - The paper's Eq. 5 is unknown; the slack ``1 - alpha`` is our reading.
 - Fixed grids (LTT, Bonferroni) are population quantiles, i.e. chosen without calibration data.
+- Validity is judged per cell with a ±3 SE band (``validity.py``), and the exact swap identity
+  there says what the rule's excess is; the positive control is the symmetric threshold computed
+  with a realised test point.
 - Routing searches ``routing_grid_size`` quantiles of ``u1`` (plus model 1's own LEC threshold
   and ``-inf``) instead of every ``u1`` value.
 """
@@ -88,8 +91,20 @@ from .thresholds import (
     route_thresholds,
     sort_calibration,
 )
+from .validity import (
+    flagged_on_every_source,
+    gain_estimate,
+    oracle_thresholds,
+    risk_estimate,
+    swap_sum_direct,
+    swap_sum_identity,
+    walk_positions,
+    worst_cell,
+)
 
 __all__ = [
+    "flagged_on_every_source", "gain_estimate", "oracle_thresholds", "risk_estimate", "swap_sum_direct",
+    "swap_sum_identity", "walk_positions", "worst_cell",
     "DATASETS", "METHODS", "PAC_METHODS", "Config", "Result", "failing_cells", "pooled_risk", "run", "score_sources",
     "sign_test", "unit_checks", "DATASET_MODELS", "GaussianSource", "PairedPoolSource", "PoolSource",
     "dataset_source", "oracle_retention", "routing_source", "NO_THRESHOLD", "SortedCalibration",

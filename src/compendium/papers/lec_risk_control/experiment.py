@@ -11,12 +11,14 @@ from scipy import stats
 from ...runtime import make_rng
 from . import sources as src
 from . import thresholds as th
+from .validity import swap_sum_direct, swap_sum_identity
 from ...validation import require_int as _require_int
 
 METHODS = ("LEC", "plug-in", "CP-UCB", "CP-Bonferroni", "LTT-FS")
 PAC_METHODS = ("CP-Bonferroni", "LTT-FS")  # valid PAC by construction
 DATASETS = ("digits", "breast_cancer", "wine")
 UNIT_INSTANCES = 300  # random calibration sets for the rule's unit checks
+SWAP_INSTANCES = 200  # random sets of n + 1 points for the swap identity
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,14 @@ class Result:
     cells : DataFrame, one row per (source, n, alpha, method): pooled risk, its SE, the excess
         ``pooled - alpha - 3 SE``, mean retention, PAC fraction (splits with risk <= alpha), share of
         splits that accept nothing.
-    power : DataFrame, one row per (source, n, alpha): LEC vs CP-UCB paired retention, sign test.
+    power : DataFrame, one row per (source, n, alpha): LEC vs CP-UCB paired retention, sign test,
+        and the paired per-draw retention gain of LEC over LTT-FS (``gain_ltt``, its SE ``gain_ltt_se``).
+    oracle : DataFrame, one row per (source, n, alpha): the symmetric threshold computed with the
+        test point (a valid rule by exchangeability), scored on that realised test point: pooled
+        risk, SE, excess ``pooled - alpha - 3 SE``.
     routing : DataFrame, one row per (n, alpha): system pooled risk, SE, excess, retentions of the
-        system and of each model alone (LEC), share of inputs answered by model 1.
+        system and of each model alone (LEC), share of inputs answered by model 1, and the per-draw
+        paired gain of the system over the better single model (``retention_gain``, ``gain_se``).
     routing_thresholds : dict ``(n, alpha) -> (lambda1, lambda2)``, each (num_splits,).
     unit_checks : dict of booleans (the exact checks of the rule).
     """
@@ -110,6 +117,7 @@ class Result:
     sources: pd.DataFrame
     cells: pd.DataFrame
     power: pd.DataFrame
+    oracle: pd.DataFrame
     routing: pd.DataFrame
     routing_thresholds: dict
     unit_checks: dict
@@ -220,6 +228,16 @@ def unit_checks(alphas, seed: int) -> dict:
     out["ties_whole_groups"] = bool(ties_ok)
     out["monotone_invariance"] = bool(inv_ok)
     out["matches_reference"] = bool(ref_ok)
+
+    # the exact swap identity of the excess (validity.py) against the brute-force leave-one-out sum
+    swap_ok = True
+    for i in range(SWAP_INSTANCES):
+        n = int(rng.integers(2, 30))
+        alpha = float(alphas[i % len(alphas)])
+        err = (rng.random(n) < rng.uniform(0, 0.5)).astype(int)
+        raw = rng.standard_normal(n) + 1.5 * err
+        swap_ok &= abs(swap_sum_direct(raw, err, alpha) - swap_sum_identity(raw, err, alpha)) <= 1e-9
+    out["swap_identity"] = bool(swap_ok)
     return out
 
 
@@ -240,7 +258,7 @@ def run(config: Config) -> Result:
         singles, routing = score_sources(config)
     # digits under its own name (the routing weak model is the digits source)
     singles = [src.PoolSource("digits", s.scores, s.errors) if s is routing.first else s for s in singles]
-    source_rows, cell_rows, power_rows = [], [], []
+    source_rows, cell_rows, power_rows, oracle_rows = [], [], [], []
     for si, source in enumerate(singles):
         kind = "synthetic" if isinstance(source, src.GaussianSource) else "sklearn"
         for alpha in config.alphas:
@@ -251,6 +269,14 @@ def run(config: Config) -> Result:
             u, e = source.sample(make_rng(config.seed, si, ni), config.num_splits, n)
             cal = th.sort_calibration(u, e)
             counts = th.counts_on_grid(cal, grid)  # shared by every alpha and both grid methods
+            # positive control: one test point per draw, the symmetric threshold computed with it
+            u_test, e_test = source.sample(make_rng(config.seed, 200 + si, ni), config.num_splits, 1)
+            cal_all = th.sort_calibration(np.concatenate([u, u_test], 1), np.concatenate([e, e_test], 1))
+            for alpha in config.alphas:
+                accepted = (u_test[:, 0] <= th.lec_thresholds(cal_all, alpha, slack=0.0)).astype(float)
+                ratio, se = pooled_risk(accepted * e_test[:, 0], accepted)
+                oracle_rows.append(dict(source=source.name, n=n, alpha=alpha, pooled_risk=ratio, risk_se=se,
+                                        excess=ratio - alpha - 3 * se, retention=float(accepted.mean())))
             for alpha in config.alphas:
                 retention = {}
                 for method in METHODS:
@@ -263,9 +289,12 @@ def run(config: Config) -> Result:
                         retention=float(acc.mean()), pac_fraction=float(np.mean(risk <= alpha + 1e-12)),
                         none_accepted=float(np.mean(acc == 0))))
                 wins, losses, ties, p = sign_test(retention["LEC"], retention["CP-UCB"])
+                d_ltt = retention["LEC"] - retention["LTT-FS"]
                 power_rows.append(dict(source=source.name, n=n, alpha=alpha, wins=wins, losses=losses, ties=ties,
                                        p_value=p, retention_lec=float(retention["LEC"].mean()),
-                                       retention_cp=float(retention["CP-UCB"].mean())))
+                                       retention_cp=float(retention["CP-UCB"].mean()),
+                                       retention_ltt=float(retention["LTT-FS"].mean()), gain_ltt=float(d_ltt.mean()),
+                                       gain_ltt_se=float(d_ltt.std(ddof=1) / np.sqrt(d_ltt.size))))
 
     routing_rows, routing_lams = [], {}
     for ni, n in enumerate(config.cal_sizes):
@@ -278,17 +307,20 @@ def run(config: Config) -> Result:
             ret1 = routing.first.accept_probability(th.lec_thresholds(cal1, alpha))
             ret2 = routing.second.accept_probability(th.lec_thresholds(cal2, alpha))
             routing_lams[(n, alpha)] = (lam1, lam2)
+            d_best = acc - (ret1 if ret1.mean() >= ret2.mean() else ret2)  # paired per draw
             routing_rows.append(dict(
                 n=n, alpha=alpha, pooled_risk=ratio, risk_se=se, excess=ratio - alpha - 3 * se,
                 retention_system=float(acc.mean()), retention_first=float(ret1.mean()),
                 retention_second=float(ret2.mean()),
                 retention_gain=float(acc.mean() - max(ret1.mean(), ret2.mean())),
+                gain_se=float(d_best.std(ddof=1) / np.sqrt(d_best.size)),
                 answered_by_first=float(routing.first.accept_probability(lam1).mean())))
 
     return Result(
         sources=pd.DataFrame(source_rows),
         cells=pd.DataFrame(cell_rows),
         power=pd.DataFrame(power_rows),
+        oracle=pd.DataFrame(oracle_rows),
         routing=pd.DataFrame(routing_rows),
         routing_thresholds=routing_lams,
         unit_checks=unit_checks(config.alphas, config.seed),
