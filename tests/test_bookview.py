@@ -67,6 +67,8 @@ def test_glue_only_cells_removed_and_plotting_folded_with_library_calls_visible(
               outputs=[nbformat.v4.new_output("display_data", {"text/plain": "x"})]),
         _code("def draw(ax):\n    ax.plot([1])"),
         _code("ledger = ch.ledger\nledger.check('a', 'b', measured=1)"),
+        _code('z = 1\nch.glue("z", z)', outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "1"},
+                                                                        execution_count=1)]),
     ]
     path = _executed(tmp_path, entry, cells, entry.resolve("smoke"))
     nb = json.loads(bookview.chapter_view(path, entry, "smoke"))
@@ -78,6 +80,7 @@ def test_glue_only_cells_removed_and_plotting_folded_with_library_calls_visible(
     assert code[4][0].startswith("fig, ax") and "hide-input" in code[4][1] and code[4][2] == 1  # ... the plot folds
     assert "hide-input" in code[5][1]                        # a drawing helper
     assert code[6][1] == []                                  # the ledger: shown
+    assert code[7][2] == 0                                   # a trailing glue's return value is not shown
 
 
 def test_source_box_after_the_title_names_existing_files(tmp_path):

@@ -9,7 +9,8 @@ renders:
   from: the registry's value for the scale, or a ``--set`` override (the registry value that it
   replaced is named). ``params.yaml`` beside the executed notebook holds the resolved values.
 - **Glue-only cells removed.** A code cell whose every statement is a ``glue(...)`` call is tagged
-  ``remove-cell`` (MyST-NB still reads its glued values).
+  ``remove-cell`` (MyST-NB still reads its glued values); a cell that ends in one does not show
+  the glued value as its output.
 - **Plotting code folded.** A cell that draws (matplotlib, seaborn, ``ch.figure``) gets the
   ``hide-input`` tag, so the page shows a "show code" toggle. Statements of such a cell that call
   into the library (a name imported from ``compendium``) are split out into visible cells, so the
@@ -254,6 +255,8 @@ def fold_code_cells(nb: dict) -> None:
             _add_tag(cell, REMOVE_TAG)
             cells.append(cell)
             continue
+        if tree.body and is_glue(tree.body[-1]):  # `ch.glue` returns its value: not an output to show
+            cell["outputs"] = [o for o in cell.get("outputs", []) if o.get("output_type") != "execute_result"]
         draws = [plotting.statement(s) for s in tree.body]
         if not any(draws):
             cells.append(cell)
