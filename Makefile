@@ -5,6 +5,7 @@
 #   make chapter SLUG=x            rerun one chapter (SET="seed=3 k=v", FORCE=1) and rebuild the book
 #   make test                      unit, contract and end-to-end tests (what CI runs)
 #   make lab                       Jupyter Lab with the project kernel, chapters open as notebooks
+#   make lock                      rewrite requirements.lock from .venv (after CI passed with it)
 
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -24,18 +25,39 @@ unexport SET SLUG  # make would otherwise expand them (running any $(shell ...))
 export HF_HUB_OFFLINE := 1
 export JUPYTER_PATH := $(CURDIR)
 
-.PHONY: setup book chapter test pdf publish validate lab clean benchmarks help
+.PHONY: setup lock book chapter test pdf publish validate lab clean benchmarks help
 
 help:
-	@sed -n '2,9p' Makefile
+	@sed -n '2,10p' Makefile
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The exact versions of requirements.lock, then the package itself without resolving anything.
+# uv (from PyPI, put into .venv) installs the lock in about a minute here; pip (INSTALLER=pip) took
+# ten. torch's CPU build comes from the wheel folders of PIP_FIND_LINKS, else PyTorch's CPU index.
+INSTALLER ?= uv
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+UV_SOURCES := $(if $(PIP_FIND_LINKS),$(foreach d,$(PIP_FIND_LINKS),--find-links $(d)),--extra-index-url $(TORCH_CPU_INDEX) --index-strategy unsafe-best-match)
+PIP_SOURCES := $(if $(PIP_FIND_LINKS),,--extra-index-url $(TORCH_CPU_INDEX))
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+ifeq ($(INSTALLER),uv)
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python $(UV_SOURCES) -r requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+else
+	$(BIN)/python -m pip install --quiet $(PIP_SOURCES) -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+endif
+	$(BIN)/python -m pip check
 	@touch $@
+
+# Exact versions, as installed in .venv, of what pyproject.toml (with `dev`) needs, torch's CPU build
+# included; a package installed by hand stays out. Refuses while torchvision is installed.
+lock:
+	@test -x $(BIN)/python || { echo "no $(VENV): run 'make setup' (or install -e '.[dev]') first"; exit 2; }
+	$(BIN)/python -m compendium.lockfile --output requirements.lock
 
 validate: setup
 	$(BIN)/compendium validate --scale $(SCALE)
