@@ -340,3 +340,47 @@ def test_tiny_run_is_deterministic(tiny_lm):
     assert np.all(first.lm.tokens_per_forward[:, 0] == 1.0)  # AR: one token per pass
     assert first.lm.gumbel_replay_mismatches == 0 and first.lossless_gumbel_replay_mismatches == 0
     assert set(first.lossless) == set(paper.LOSSLESS_SAMPLERS)
+    assert set(first.lm.sequence_test) == set(paper.LM_TESTED)
+    assert all(0 <= r["p_value"] <= 1 and r["tokens"] == 10 * 56 for r in first.lm.sequence_test.values())
+
+
+def test_ratio_estimates_are_paired_per_chain_and_bonferroni():
+    rng = np.random.default_rng(3)
+    tpf = np.empty((3, 5, 2))
+    tpf[..., 0] = rng.uniform(1.5, 2.5, (3, 5))
+    tpf[..., 1] = tpf[..., 0] * rng.uniform(1.6, 1.8, (3, 5))
+    ests = paper.ratio_estimates(tpf)
+    assert len(ests) == 3 and all(e.n == 5 and e.unit == "Markov chains (seeds)" for e in ests)
+    assert all(e.low <= e.point <= e.high and 1.6 <= e.point <= 1.8 for e in ests)
+    np.testing.assert_allclose([e.point for e in ests], (tpf[..., 1] / tpf[..., 0]).mean(1))
+    assert abs(ests[0].level - (1 - 0.05 / 3)) < 1e-12
+    low = paper.smallest_estimate(ests, 0.95)
+    assert low.point == min(e.point for e in ests) and low.low == min(e.low for e in ests)
+    assert low.high == min(e.high for e in ests) and low.level == 0.95
+    with pytest.raises(ValueError):
+        paper.ratio_estimates(tpf[:, :1])
+    with pytest.raises(ValueError):
+        paper.smallest_estimate([], 0.95)
+
+
+def test_sequence_score_test_is_calibrated_and_sees_the_stale_sampler():
+    chain = paper.random_ngram(16, 1, 1.0, np.random.default_rng(0))
+    empty = np.zeros((300, 0), dtype=np.int64)
+    zs = []
+    for s in range(20):  # AR samples: z should look standard normal
+        out = paper.decode(chain, "ar", 24, 16, 8, np.random.default_rng(100 + s), batch=300)
+        zs.append(paper.sequence_score_test(chain, empty, out.tokens)["z"])
+    assert abs(np.mean(zs)) < 0.8 and 0.5 < np.std(zs) < 1.6
+    long_empty = np.zeros((300, 0), dtype=np.int64)
+    stale = paper.decode(chain, "scd_stale", 56, 16, 16, np.random.default_rng(7), batch=300)
+    assert paper.sequence_score_test(chain, long_empty, stale.tokens)["p_value"] < 1e-6
+    coupled = paper.decode(chain, "scd_maximal", 56, 16, 16, np.random.default_rng(7), batch=300)
+    assert paper.sequence_score_test(chain, long_empty, coupled.tokens)["p_value"] > 1e-3
+    with pytest.raises(ValueError):
+        paper.sequence_score_test(chain, empty[:2], stale.tokens)
+
+
+def test_holm_is_the_shared_one():
+    from compendium import stats
+
+    assert paper.holm is stats.holm

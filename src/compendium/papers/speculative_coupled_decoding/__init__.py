@@ -72,6 +72,7 @@ from .digits_lm import PIXEL_LEVELS, DigitsLM, TrainSettings, build_asset, digit
 from .experiment import (
     COUPLING_PAIRS,
     LM_METHODS,
+    LM_TESTED,
     LOSSLESS_LENGTH,
     LOSSLESS_SAMPLERS,
     LOSSLESS_VOCAB,
@@ -88,6 +89,9 @@ from .experiment import (
     run_lossless,
     run_markov_speed,
     run_transformer,
+    ratio_estimates,
+    sequence_score_test,
+    smallest_estimate,
     time_decoders,
 )
 from .markov import (

@@ -10,9 +10,10 @@ import numpy as np
 import scipy.stats
 
 from ...runtime import make_rng
+from ...stats import Estimate, holm, mean_interval, paired_difference
 from .decoding import (NoiseTable, categorical, decode, gumbel_agreement, gumbel_coupling, maximal_coupling,
                        total_variation)
-from .markov import holm, homogeneity_test, pooled_chisquare, random_ngram, sequence_index, sequence_probabilities
+from .markov import homogeneity_test, pooled_chisquare, random_ngram, sequence_index, sequence_probabilities
 
 # lossless check: an order-2 chain over 3 tokens, 5 tokens long (243 sequences), window 3
 LOSSLESS_VOCAB, LOSSLESS_ORDER, LOSSLESS_LENGTH, LOSSLESS_WINDOW, LOSSLESS_ALPHA = 3, 2, 5, 3, 1.0
@@ -26,6 +27,9 @@ SPEED_METHODS = ("sjd", "scd_maximal", "scd_gumbel")
 # digits transformer: prompt = class token + the first pixel row
 PROMPT_PIXELS = 8
 LM_METHODS = ("ar", "sjd", "scd_maximal", "scd_gumbel")
+# samplers scored by the whole-sequence likelihood test on the transformer (stale-q: the control)
+REPLAY_ROWS = 64  # sequences re-decoded for the Gumbel determinism check on the transformer
+LM_TESTED = ("ar", "sjd", "scd_maximal", "scd_gumbel", "scd_stale")
 
 _RANGES = {
     "lossless_samples": (1000, 1_000_000), "lossless_seeds": (1, 20), "coupling_draws": (1000, 10_000_000),
@@ -83,6 +87,7 @@ class LMResult:
     tokens_per_forward: np.ndarray  # (prompts, methods): mean over completions of T / NFE
     paired_p: float  # one-sided paired t-test, SCD-maximal > SJD
     marginal_p: dict  # method -> Holm-adjusted p per generated position vs AR, (T,)
+    sequence_test: dict  # method (LM_TESTED) -> whole-sequence likelihood score test (sequence_score_test)
     acceptance: dict  # method -> mean tokens committed at Jacobi iteration i, (iterations,)
     samples: dict  # method -> generated pixels (prompts * samples_per_prompt, T)
     prompts: np.ndarray  # (prompts, 65) the held-out digits the prompts come from
@@ -102,7 +107,7 @@ class Result:
     coupling: dict  # arrays over pairs: tv, same_maximal, same_gumbel, z; marginal test
     markov_tokens_per_forward: np.ndarray  # (settings, seeds, methods) per-seed mean T / NFE
     markov_ratio: np.ndarray  # (settings,) mean SCD-maximal / mean SJD
-    markov_welch_p: np.ndarray  # (settings,) one-sided Welch test over seeds
+    markov_welch_p: np.ndarray  # (settings,) one-sided Welch test over seeds (details only)
     markov_acceptance: dict  # method -> mean tokens committed per iteration (first setting, seed 0)
     lm: LMResult | None = None
 
@@ -196,6 +201,80 @@ def run_markov_speed(config: Config) -> dict:
             "markov_acceptance": acceptance}
 
 
+def ratio_estimates(tokens_per_forward: np.ndarray, *, num: int = 1, den: int = 0,
+                    level: float = 0.95) -> list[Estimate]:
+    """Per-setting t intervals of the per-chain ratio ``tpf[..., num] / tpf[..., den]``.
+
+    ``tokens_per_forward`` is (settings, seeds, methods); a seed is one random chain on which both
+    samplers ran, so the ratio is paired within a seed and the unit of replication is the chain.
+    Each interval has level ``1 - (1 - level) / settings`` (Bonferroni), so that all of them cover
+    at once with probability at least ``level`` (see :func:`smallest_estimate`).
+    """
+    tpf = np.asarray(tokens_per_forward, dtype=float)
+    if tpf.ndim != 3 or tpf.shape[1] < 2:
+        raise ValueError(f"need (settings, seeds >= 2, methods), got shape {tpf.shape}")
+    each = 1 - (1 - level) / tpf.shape[0]
+    return [mean_interval(tpf[i, :, num] / tpf[i, :, den], level=each, unit="Markov chains (seeds)")
+            for i in range(tpf.shape[0])]
+
+
+def smallest_estimate(estimates: list[Estimate], level: float) -> Estimate:
+    """An interval for ``min_i theta_i`` from simultaneous intervals of each ``theta_i``.
+
+    If every interval ``[l_i, h_i]`` covers its ``theta_i``, then ``min_i theta_i`` lies in
+    ``[min_i l_i, min_i h_i]``: with Bonferroni-level intervals this covers with probability at
+    least ``level``. The point is the smallest point estimate.
+    """
+    if not estimates:
+        raise ValueError("need at least one estimate")
+    first = estimates[0]
+    return Estimate(min(e.point for e in estimates), min(e.low for e in estimates), min(e.high for e in estimates),
+                    level, first.unit, min(e.n for e in estimates),
+                    f"smallest of {len(estimates)} Bonferroni t intervals")
+
+
+def sequence_score_test(lm, prefix: np.ndarray, tokens: np.ndarray) -> dict:
+    """Whole-sequence likelihood test that ``tokens`` were sampled from ``lm`` given ``prefix``.
+
+    For each generated token ``x_t`` with model conditional ``p_t`` (given the prompt and the
+    tokens before it), the score ``s_t = log p_t(x_t)`` has conditional mean
+    ``mu_t = sum_v p_t(v) log p_t(v)`` and variance ``sum_v p_t(v) log^2 p_t(v) - mu_t^2`` when the
+    sequence really comes from the model. ``S = sum (s_t - mu_t)`` over all tokens of all sequences
+    is then a martingale with known variance, and ``z = S / sqrt(sum var_t)`` is standard normal
+    (martingale CLT). Unlike a per-position histogram, it uses each token's own conditional, so it
+    sees any sampler whose tokens are too likely or too unlikely under the model.
+
+    Parameters
+    ----------
+    lm : callable
+        ``lm(tokens (R, S), positions (R, W)) -> (R, W, V)`` (a :class:`DigitsLM` or an n-gram model).
+    prefix : ndarray of int, shape (N, P)
+    tokens : ndarray of int, shape (N, T)
+
+    Returns
+    -------
+    dict
+        ``z``, two-sided ``p_value``, ``mean_score_gap`` (mean of ``s_t - mu_t`` in nats per token)
+        and ``tokens`` (N * T).
+    """
+    prefix, tokens = np.asarray(prefix, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
+    if prefix.ndim != 2 or tokens.ndim != 2 or prefix.shape[0] != tokens.shape[0]:
+        raise ValueError(f"need prefix (N, P) and tokens (N, T), got {prefix.shape} and {tokens.shape}")
+    N, P = prefix.shape
+    T = tokens.shape[1]
+    full = np.concatenate([prefix, tokens], axis=1)
+    positions = np.broadcast_to(P + np.arange(T), (N, T))
+    probs = np.asarray(lm(full, positions), dtype=float)  # (N, T, V)
+    logp = np.log(np.clip(probs, 1e-300, None))
+    score = np.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
+    mu = (probs * logp).sum(-1)
+    var = np.clip((probs * logp**2).sum(-1) - mu**2, 0.0, None)
+    total_var = float(var.sum())
+    z = float((score - mu).sum() / np.sqrt(total_var)) if total_var > 0 else 0.0
+    return {"z": z, "p_value": float(2 * scipy.stats.norm.sf(abs(z))),
+            "mean_score_gap": float((score - mu).mean()), "tokens": int(N * T)}
+
+
 def _positionwise_p(reference: np.ndarray, other: np.ndarray, vocab: int) -> np.ndarray:
     """Holm-adjusted homogeneity p-values, one per position, of two token samples ``(N, T)``."""
     raw = [homogeneity_test(np.bincount(reference[:, t], minlength=vocab), np.bincount(other[:, t], minlength=vocab))
@@ -217,14 +296,22 @@ def run_transformer(config: Config, lm) -> LMResult:
             outs[method] = lm.sample_autoregressive(batch, T, rng)
         else:
             outs[method] = decode(lm, method, T, V, config.window, rng, prefix=batch, noise=noise)
-    again = decode(lm, "scd_gumbel", T, V, config.window, make_rng(config.seed, 4, 99), prefix=batch, noise=noise)
-    replay = int((again.tokens != outs["scd_gumbel"].tokens).sum() + (again.nfe != outs["scd_gumbel"].nfe).sum())
+    stale = decode(lm, "scd_stale", T, V, config.window, make_rng(config.seed, 4, len(LM_METHODS)), prefix=batch)
+    # replay SCD-Gumbel on its noise table with another generator (the first REPLAY_ROWS rows suffice)
+    sub = slice(0, min(REPLAY_ROWS, len(batch)))
+    sub_noise = NoiseTable(noise.draft_gumbel[sub], noise.residual_gumbel[sub], noise.accept_uniform[sub])
+    again = decode(lm, "scd_gumbel", T, V, config.window, make_rng(config.seed, 4, 99), prefix=batch[sub],
+                   noise=sub_noise)
+    tokens_of = {**{m: o.tokens for m, o in outs.items()}, "scd_stale": stale.tokens}
+    sequence = {m: sequence_score_test(lm, batch, tokens_of[m]) for m in LM_TESTED}
+    replay = int((again.tokens != outs["scd_gumbel"].tokens[sub]).sum() + (again.nfe != outs["scd_gumbel"].nfe[sub]).sum())
     tpf = np.stack([outs[m].tokens_per_forward.reshape(-1, k).mean(axis=1) for m in LM_METHODS], axis=1)
     paired = scipy.stats.ttest_rel(tpf[:, LM_METHODS.index("scd_maximal")], tpf[:, LM_METHODS.index("sjd")],
                                    alternative="greater").pvalue
     marginal = {m: _positionwise_p(outs["ar"].tokens, outs[m].tokens, V) for m in LM_METHODS[1:]}
     acceptance = {m: mean_acceptance(outs[m].accepted, outs[m].nfe) for m in LM_METHODS[1:]}
-    return LMResult(tokens_per_forward=tpf, paired_p=float(paired), marginal_p=marginal, acceptance=acceptance,
+    return LMResult(tokens_per_forward=tpf, paired_p=float(paired), marginal_p=marginal, sequence_test=sequence,
+                    acceptance=acceptance,
                     samples={m: o.tokens for m, o in outs.items()}, prompts=full,
                     gumbel_replay_mismatches=replay, model_metrics=dict(lm.metadata.get("metrics", {})),
                     timing=time_decoders(lm, prompts[: config.timing_prompts], T, config.window, config.seed))

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
+from ...stats import holm as _stats_holm
+
 
 @dataclass(frozen=True)
 class NGramModel:
@@ -136,12 +138,5 @@ def homogeneity_test(counts_a: np.ndarray, counts_b: np.ndarray, min_expected: f
     return float(scipy.stats.chi2_contingency(table, correction=False)[1])
 
 
-def holm(pvalues: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjustment of a family of p-values (same order as given)."""
-    p = np.asarray(pvalues, dtype=float)
-    m = p.size
-    order = np.argsort(p, kind="stable")
-    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m)
-    out[order] = adjusted
-    return out
+# Holm's step-down adjustment lives in compendium.stats (one copy for the book); re-exported here.
+holm = _stats_holm
