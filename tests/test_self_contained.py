@@ -86,7 +86,6 @@ def _sealed(project: Path, *argv: str) -> subprocess.CompletedProcess:
         "HOME": str(project / ".home"),
         "MPLCONFIGDIR": str(project / ".home"),
         "PYTHONPATH": str(project / "src"),
-        "PYTHONDONTWRITEBYTECODE": "1",
         "COMPENDIUM_ROOT": str(project),
         "HF_HUB_OFFLINE": "1",
     }
