@@ -298,7 +298,11 @@ def cpu_features() -> dict[str, str]:
     except (ImportError, AttributeError):  # pragma: no cover
         capability = "unknown"
     forced = os.environ.get("ATEN_CPU_CAPABILITY")
-    return {"model": model, "simd": ", ".join(simd) or "none reported",
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        usable = os.cpu_count()
+    return {"model": model, "simd": ", ".join(simd) or "none reported", "usable_cores": str(usable),
             "aten": capability + (f" (forced by ATEN_CPU_CAPABILITY={forced})" if forced else "")}
 
 
@@ -332,8 +336,10 @@ def runtime_page(registry: Registry, states: list[ChapterState], scale: str, pro
     lock_note = (f"`requirements.lock` (sha256 `{hashlib.sha256(lock.read_bytes()).hexdigest()[:12]}`) pins every "
                  "package exactly; `make setup` installs it." if lock.is_file() else "No `requirements.lock` was found.")
     lines += ["", "## Machine", "",
-              f"CPU: {escape(cpu['model'])}, {os.cpu_count()} logical cores. SIMD extensions: {cpu['simd']}. "
-              f"PyTorch's CPU kernels in effect (ATen CPU capability): `{cpu['aten']}`.",
+              f"CPU: {escape(cpu['model'])}, {os.cpu_count()} logical cores ({cpu['usable_cores']} usable by this "
+              f"build). SIMD extensions: {cpu['simd']}. PyTorch's CPU kernels in effect (ATen CPU capability): "
+              f"`{cpu['aten']}`. Each chapter runs with the threads its registry entry declares "
+              "(OMP_NUM_THREADS, MKL_NUM_THREADS and OPENBLAS_NUM_THREADS set to them).",
               "", "## Software", "",
               f"Versions that built this book. {lock_note}", "",
               "| package | version |", "|---|---|"]
