@@ -78,7 +78,8 @@ def parameter_origins(entry: ChapterEntry, scale: str, effective: dict) -> dict[
         if name == "scale":
             origins[name] = "the run's scale"
         elif name in registry and (value != registry[name] or type(value) is not type(registry[name])):
-            origins[name] = f"--set override (registry: {_literal(registry[name])})"
+            how = "--set override or the profile's device" if name == "device" else "--set override"
+            origins[name] = f"{how} (registry: {_literal(registry[name])})"
         elif name in entry.parameters:
             origins[name] = f"registry, {scale} scale" if scale in entry.parameters[name] else "registry default"
         elif name in COMMON_PARAMETERS:
