@@ -311,6 +311,14 @@ def test_execute_on_a_full_tmpfs_reports_one_line(tmp_path):
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(results)], capture_output=True).returncode:
         pytest.skip("cannot mount a tmpfs here")
     try:
+        fd = os.open(results / "filler", os.O_WRONLY | os.O_CREAT)  # fill the disk: nothing the chapter writes fits
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
         refused = compendium(root, "execute", "demo_mean", timeout=120)
         assert refused.returncode == 2 and "MB free on" in refused.stderr
         env_root = project_env(root) | {"COMPENDIUM_MIN_FREE_MB": "0"}
