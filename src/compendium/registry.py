@@ -203,6 +203,7 @@ class ChapterEntry:
     gpu: bool = False
     assets: tuple[str, ...] = ()
     parameters: dict = field(default_factory=dict)
+    sweeps: dict = field(default_factory=dict)  # name -> {parameter, values, caption}: run by `make stability`
 
     @property
     def ready(self) -> bool:
@@ -420,7 +421,17 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
             gpu=res.get("gpu", False),
             assets=tuple(item.get("assets", [])),
             parameters=dict(item.get("parameters") or {}),
+            sweeps=dict(item.get("sweeps") or {}),
         )
+        for name, sweep in entry.sweeps.items():
+            if sweep["parameter"] not in entry.parameters:
+                raise RegistryError(
+                    f"{path.name}: chapter {slug!r}: sweep {name!r}: key 'parameter' = {sweep['parameter']!r} is not a "
+                    f"parameter of this chapter; allowed: {', '.join(entry.parameters) or 'none'}"
+                )
+            for value in sweep["values"]:
+                _check_value(slug, sweep["parameter"], value, entry.parameters[sweep["parameter"]],
+                             f"sweep {name!r} in {path.name}")
         for name, spec in entry.parameters.items():
             _check_spec(slug, name, spec)
             for scale in raw["scales"]:
