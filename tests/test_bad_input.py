@@ -425,16 +425,18 @@ def test_validate_builds_each_chapters_config(capsys, tmp_path):
         cli.check_configs(plan)
 
 
-def test_validate_into_a_closed_pipe_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("command, rc", [("validate", 0), ("kernel", 1)])
+def test_output_into_a_closed_pipe_exits_cleanly(tmp_path, command, rc):
+    """validate has finished its checks when it prints (0); other commands were cut short (1)."""
     root = make_project(tmp_path / "p")
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first line (`| head -0`)
     try:
-        proc = subprocess.run([sys.executable, "-m", "compendium.cli", "validate"], cwd=root, env=project_env(root),
+        proc = subprocess.run([sys.executable, "-m", "compendium.cli", command], cwd=root, env=project_env(root),
                               stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
         os.close(write_end)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.returncode == rc and proc.stderr == "", proc.stderr
 
 
 def test_validate_piped_into_head(tmp_path):

@@ -441,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if hasattr(args, "set"):  # the Makefile's SET, passed as a literal string
             args.set = split_overrides(os.environ.get("COMPENDIUM_SET", "")) + (args.set or [])
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe (`compendium verdicts | head`) raises here, not at exit
+        return rc
     except (RegistryError, FileExistsError, Refused) as err:
         print(f"compendium: error: {err}", file=sys.stderr)
         return 2
