@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import pandas as pd
+
 import numpy as np
 import pytest
 import scipy.integrate
@@ -10,6 +12,7 @@ import scipy.stats
 from scipy.special import expit
 
 from compendium.papers import logistic_signal_strength as paper
+from compendium.claims import within
 from compendium.runtime import make_rng
 
 TINY = dict(cells=((0.1, 2.0), (0.3, 15.0)), num_samples=200, num_reps=2, quadrature_nodes=24,
@@ -179,3 +182,77 @@ def test_tiny_run_is_deterministic_and_complete():
     beyond = a.reps[a.reps["region"] == "beyond"]
     assert beyond["split"].notna().all()  # the split estimator exists on separable data
     assert set(a.summary["estimator"]) == set(paper.ESTIMATORS)
+    assert a.rate_errors.shape == (len(config.rate_sizes), config.num_reps)
+    assert beyond["split_isotropic"].notna().any()  # the ablation runs beyond the frontier
+
+
+# ---------------------------------------------------------------- hardening: ledger statistics and the ablation
+def test_isotropic_ablation_matches_split_in_law_for_identity_covariance_and_needs_rng():
+    rng = np.random.default_rng(3)
+    X, y, _ = paper.simulate(400, 60, 5.0, 0.0, rng)
+    cov = paper.split_statistics(X, y, 0.03)
+    iso = paper.split_statistics(X, y, 0.03, penalty="isotropic", rng=np.random.default_rng(4))
+    assert np.isfinite(iso["link_slope"]) and iso["beta_hat"].shape == (60,)
+    assert abs(iso["link_slope"] / cov["link_slope"] - 1) < 0.3  # same law at Sigma = I, different draws
+    with pytest.raises(ValueError):
+        paper.split_statistics(X, y, 0.03, penalty="isotropic")
+    with pytest.raises(ValueError):
+        paper.split_statistics(X, y, 0.03, penalty="lasso", rng=rng)
+
+
+def _toy_reps():
+    rng = np.random.default_rng(0)
+    rows = []
+    for cell, (region, bias) in enumerate((("inside", 0.0), ("inside", 0.5), ("beyond", 0.02))):
+        for r in range(30):
+            g2 = 5.0
+            rows.append({"cell": cell, "region": region, "gamma_sq": g2, "rep": r,
+                         "split": g2 * (1 + bias + 0.05 * rng.standard_normal()),
+                         "sloe": g2 * (1 + 0.05 * rng.standard_normal()),
+                         "split_isotropic": g2 * (1 + 0.3 + 0.05 * rng.standard_normal()),
+                         "cover_debiased": 9, "cover_classical": 7, "num_nulls": 10})
+    return pd.DataFrame(rows)
+
+
+def test_bias_estimates_and_decisive_cell():
+    ev = paper.evaluation
+    reps = _toy_reps()
+    est = ev.relative_bias_estimates(reps, "split", "inside")
+    assert set(est) == {0, 1} and abs(est[1].point - 0.5) < 0.05 and est[1].n == 30
+    band = within(-0.1, 0.1)
+    cell, decisive = ev.decisive_cell(est, band)
+    assert cell == 1 and band.decide(decisive) == "fail"  # one failing cell fails the whole check
+    cell, decisive = ev.decisive_cell({0: est[0]}, band)
+    assert band.decide(decisive) == "pass"
+    with pytest.raises(ValueError):
+        ev.decisive_cell({}, band)
+
+
+def test_ratio_coverage_share_and_adaptation():
+    ev = paper.evaluation
+    reps = _toy_reps()
+    ratios = ev.rmse_ratio_estimates(reps, "split", "sloe", "inside", rng=1)
+    assert ratios[1].point > 5 and ratios[1].low <= ratios[1].point <= ratios[1].high
+    cov = ev.pooled_coverage(reps, "cover_debiased", "inside", rng=1)
+    assert cov.point == pytest.approx(0.9) and cov.n == 60
+    share = ev.defined_share(reps, "split", "beyond")
+    assert share.point == 1.0 and share.n == 30 and share.high == 1.0
+    gain = ev.adaptation_gain(reps, "beyond")
+    assert gain.low > 0  # the isotropic ablation's error is larger by construction here
+    sep = ev.separability_share(pd.Series({"frequency": 0.07, "reps": 100}))
+    assert sep.point == pytest.approx(0.07) and sep.low < 0.07 < sep.high < 0.15
+
+
+def test_relative_error_of_mean_and_rate_slope():
+    ev = paper.evaluation
+    e = ev.relative_error_of_mean([1.0, 1.1, 0.9, 1.0], 1.0)
+    assert e.point == pytest.approx(0.0) and e.low < 0 < e.high and e.unit == "seeds"
+    with pytest.raises(ValueError):
+        ev.relative_error_of_mean([1.0, 2.0], 0.0)
+    rng = np.random.default_rng(5)
+    sizes = np.array([100, 400, 1600])
+    errors = rng.standard_normal((3, 200)) / np.sqrt(sizes)[:, None]
+    slope = ev.rate_slope_estimate(sizes, errors, rng=2)
+    assert slope.low < -0.5 < slope.high and abs(slope.point + 0.5) < 0.1
+    with pytest.raises(ValueError):
+        ev.rate_slope_estimate(sizes, errors[:2], rng=2)

@@ -68,6 +68,7 @@ from .estimators import (
     split_objective,
     split_statistics,
 )
+from . import evaluation
 from .experiment import (
     CI_LEVEL,
     ESTIMATORS,

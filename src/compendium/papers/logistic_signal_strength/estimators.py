@@ -206,6 +206,11 @@ def fit_split(X1, y1, X2, ridge_strength: float, backend: str = "newton") -> np.
         mu = ridge_strength * X1.shape[0] / X2.shape[0]
         b, ok = fit_logistic(X1, y1, X2, mu, tol=1e-12)
         if not ok:
+            # the 1e-12 gradient target can sit below round-off (it depends on the BLAS path):
+            # accept a point whose mean-form gradient is at 1e-9, far below any statistical effect
+            _, g = split_objective(b, X1, y1, X2, ridge_strength)
+            ok = bool(np.all(np.isfinite(b)) and np.max(np.abs(g)) <= 1e-9)
+        if not ok:
             raise RuntimeError("Newton did not converge on the split objective")
         return b
     if backend == "lbfgs":
@@ -242,16 +247,38 @@ def solve_cvxpy(X1, y1, X2=None, ridge_strength: float = 0.0) -> tuple[np.ndarra
     return (None if b.value is None else np.asarray(b.value)), str(problem.status)
 
 
-def split_statistics(X, y, ridge_strength: float, backend: str = "newton", split_fraction: float = 0.5) -> dict:
+def split_statistics(X, y, ridge_strength: float, backend: str = "newton", split_fraction: float = 0.5,
+                     penalty: str = "covariance", rng: np.random.Generator | None = None) -> dict:
     """Fit the split estimator and measure its statistics.
 
     Returns a dict with ``beta_hat`` (p,), ``eta_sq`` (variance of the leave-one-out predictors of
     all rows) and ``link_slope`` (1-D logistic slope of every label on its own row's prediction,
-    which did not use that label: held out for ``D2``, leave-one-out for ``D1``)."""
+    which did not use that label: held out for ``D2``, leave-one-out for ``D1``).
+
+    ``penalty='isotropic'`` is the ablation that does not adapt to the covariance: the penalty rows
+    are an independent isotropic Gaussian matrix ``Z2`` (shape of ``X2``, scaled so that
+    ``tr(Z2^T Z2) = tr(X2^T X2)``, drawn from ``rng``) instead of ``X2``, so the penalty is a
+    ridge ``~ ||b||^2`` up to Marchenko-Pastur noise, and ``D2``'s predictions are plainly held
+    out. For ``Sigma = I`` it has the same asymptotics as the split estimator (the same mixture
+    system inverts it); for any other ``Sigma`` that inversion is wrong. The ``eta_sq`` it
+    returns is that of the ``D1`` rows and the held-out ``D2`` rows.
+    """
     X1, y1, X2, y2 = split_halves(X, y, split_fraction)
-    b = fit_split(X1, y1, X2, ridge_strength, backend)
-    q, _ = loo_predictors(X1, y1, b, X2, ridge_strength * X1.shape[0] / X2.shape[0])
     labels = np.concatenate([y1, y2])
+    mu = ridge_strength * X1.shape[0] / X2.shape[0]
+    if penalty == "covariance":
+        b = fit_split(X1, y1, X2, ridge_strength, backend)
+        q, _ = loo_predictors(X1, y1, b, X2, mu)
+    elif penalty == "isotropic":
+        if rng is None:
+            raise ValueError("penalty='isotropic' needs rng for the isotropic penalty rows")
+        Z2 = rng.standard_normal(X2.shape)
+        Z2 *= np.sqrt(np.sum(X2**2) / np.sum(Z2**2))
+        b = fit_split(X1, y1, Z2, ridge_strength, backend)
+        q1, _ = loo_predictors(X1, y1, b, Z2, mu)
+        q = np.concatenate([q1[: X1.shape[0]], X2 @ b])
+    else:
+        raise ValueError(f"penalty must be 'covariance' or 'isotropic', got {penalty!r}")
     return {"beta_hat": b, "eta_sq": float(np.var(q)), "link_slope": fit_link_slope(q, labels)}
 
 

@@ -12,14 +12,14 @@ from . import estimators as est
 from . import theory
 from ...validation import require_int as _require_int, require_number as _require_number
 
-PUBLISHED_POINT = {"kappa": 0.2, "gamma_sq": 5.0}  # Sur-Candes / SLOE reference point
-PUBLISHED_VALUES = {"alpha": 1.499, "lam": 3.027, "sigma": 2.121}
+PUBLISHED_POINT = {"kappa": 0.2, "gamma_sq": 5.0}  # reference point of Sur & Candes (2019), used by SLOE
+PUBLISHED_VALUES = {"alpha": 1.499, "lam": 3.027, "sigma": 2.121}  # Sur & Candes (2019), not this paper
 FRONTIER_MARGIN = 0.05  # cells this far inside / beyond kappa_h(gamma) are 'inside' / 'beyond'
 SEPARABILITY_GAMMA_SQ = 5.0
 CROSSCHECK_SEPARABLE = (200, 60)  # (n, p) of the separable sample: p/n1 = 0.6 > 1/2 >= kappa_h
 CI_LEVEL = 0.90
 Z_CI = 1.6448536269514722  # standard normal 95% quantile (two-sided 90% interval)
-ESTIMATORS = ("oracle", "naive", "sloe", "split", "split_eta", "probe")
+ESTIMATORS = ("oracle", "naive", "sloe", "split", "split_isotropic", "split_eta", "probe")
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,14 @@ class Config:
     seed : int
     """
 
-    cells: tuple = ((0.2, 5.0), (0.3, 15.0))
+    cells: tuple = ((0.2, 5.0), (0.1, 10.0), (0.3, 15.0), (0.4, 5.0))
     num_samples: int = 500
     num_reps: int = 20
     ridge_strength: float = 0.03
     ar1_correlation: float = 0.5
     quadrature_nodes: int = 64
     separability_samples: int = 300
-    separability_reps: int = 50
+    separability_reps: int = 100
     simulation_samples: int = 2000
     simulation_seeds: int = 10
     rate_sizes: tuple = (200, 400, 800)
@@ -114,7 +114,8 @@ class Result:
     simulation : DataFrame  one row per (estimator, seed): alpha_hat, norm_sq, theory values.
     reps : DataFrame  one row per (cell, rep): estimates of every estimator and coverage counts.
     summary : DataFrame  one row per (cell, estimator): bias, relative bias, RMSE, defined fraction.
-    rate : DataFrame  one row per n: RMSE of the split estimator; ``rate_slope`` its log-log slope.
+    rate : DataFrame  one row per n: RMSE of the split estimator; ``rate_slope`` its log-log slope;
+        ``rate_errors`` the errors, shape (len(rate_sizes), num_reps).
     crosscheck : dict  cvxpy / L-BFGS / Newton agreement and statuses on a separable sample.
     curves : dict  ``kappa -> {'mle': TheoryCurve or None, 'split': TheoryCurve}``, with only the
         curves the run needed (the MLE curve of a beyond-frontier ``kappa`` may be absent).
@@ -129,6 +130,7 @@ class Result:
     summary: pd.DataFrame
     rate: pd.DataFrame
     rate_slope: float
+    rate_errors: np.ndarray
     crosscheck: dict
     curves: dict
 
@@ -175,7 +177,7 @@ def simulation_vs_theory(config: Config, curve_split: theory.TheoryCurve) -> pd.
     return pd.DataFrame(rows)
 
 
-def _one_rep(X, y, beta, curves, config, rng, probe: bool) -> dict:
+def _one_rep(X, y, beta, curves, config, rng, probe: bool, ablation: bool = False) -> dict:
     """All estimates of ``gamma^2`` on one data set, plus null-coverage counts."""
     n = X.shape[0]
     row = {"oracle": float(np.mean((X @ beta) ** 2))}
@@ -183,7 +185,17 @@ def _one_rep(X, y, beta, curves, config, rng, probe: bool) -> dict:
     row.update(mle_exists=mle["exists"], separable=mle["separable"])
     split = est.split_statistics(X, y, config.ridge_strength)
     row["split"] = float(curves["split"].invert("link_slope", split["link_slope"])[0])
-    row["split_eta"] = float(curves["split"].invert("eta_sq", split["eta_sq"])[0])
+    try:  # eta^2 of the split fit is not monotone in gamma^2 at every kappa (0.4): then undefined
+        row["split_eta"] = float(curves["split"].invert("eta_sq", split["eta_sq"])[0])
+    except ValueError:
+        row["split_eta"] = float("nan")
+    row["split_isotropic"] = float("nan")
+    if ablation:  # the isotropic-penalty ablation, run where the ledger uses it (beyond the frontier)
+        try:
+            iso = est.split_statistics(X, y, config.ridge_strength, penalty="isotropic", rng=rng)
+            row["split_isotropic"] = float(curves["split"].invert("link_slope", iso["link_slope"])[0])
+        except RuntimeError:  # Newton did not converge: recorded as undefined, counted in 'defined'
+            pass
     row.update(naive=float("nan"), sloe=float("nan"), cover_debiased=0, cover_classical=0, num_nulls=0)
     if mle["exists"]:
         b = mle["beta_hat"]
@@ -236,10 +248,11 @@ def summarize(reps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def rate_experiment(config: Config, curves: dict) -> tuple[pd.DataFrame, float]:
-    """RMSE of the split estimator against ``n`` in the first cell; log-log slope by least squares."""
+def rate_experiment(config: Config, curves: dict) -> tuple[pd.DataFrame, float, np.ndarray]:
+    """RMSE of the split estimator against ``n`` in the first cell; log-log slope by least squares;
+    the errors themselves, shape (len(rate_sizes), num_reps)."""
     kappa, g2 = config.cells[0]
-    rows = []
+    rows, all_errs = [], []
     for j, n in enumerate(config.rate_sizes):
         p = int(round(kappa * n))
         errs = []
@@ -248,10 +261,11 @@ def rate_experiment(config: Config, curves: dict) -> tuple[pd.DataFrame, float]:
             b = est.split_statistics(X, y, config.ridge_strength)["link_slope"]
             errs.append(float(curves["split"].invert("link_slope", b)[0]) - g2)
         errs = np.array(errs)
+        all_errs.append(errs)
         rows.append({"n": n, "p": p, "rmse": float(np.sqrt(np.nanmean(errs**2))), "defined": float(np.isfinite(errs).mean())})
     df = pd.DataFrame(rows)
     slope = float(np.polyfit(np.log(df["n"]), np.log(df["rmse"]), 1)[0])
-    return df, slope
+    return df, slope, np.array(all_errs)
 
 
 def solver_crosscheck(config: Config) -> dict:
@@ -301,10 +315,11 @@ def _run(config: Config) -> Result:
         for r in range(config.num_reps):
             rng = make_rng(config.seed, 3, c, r)
             X, y, beta = est.simulate(n, p, g2, config.ar1_correlation, rng)
-            row = _one_rep(X, y, beta, curves[kappa], config, rng, probe=(c == 0 and r < config.probe_reps))
+            row = _one_rep(X, y, beta, curves[kappa], config, rng, probe=(c == 0 and r < config.probe_reps),
+                           ablation=(region == "beyond"))
             rows.append({"cell": c, "kappa": kappa, "gamma_sq": g2, "region": region, "rep": r, "n": n, "p": p, **row})
     reps = pd.DataFrame(rows)
-    rate, slope = rate_experiment(config, curves[config.cells[0][0]])
+    rate, slope, rate_errors = rate_experiment(config, curves[config.cells[0][0]])
     return Result(
         published={"alpha": published.alpha, "lam": published.lam, "sigma": published.sigma, "residual": published.residual},
         frontier_gamma_at_0_2=theory.mle_frontier_gamma(0.2),
@@ -316,6 +331,7 @@ def _run(config: Config) -> Result:
         summary=summarize(reps),
         rate=rate,
         rate_slope=slope,
+        rate_errors=rate_errors,
         crosscheck=solver_crosscheck(config),
         curves={k: dict(v) for k, v in curves.items()},
     )
