@@ -1,10 +1,12 @@
 """Nothing outside the repository is read at build or test time.
 
 Two checks: no source names a location beside the repository, and the CLI really works from a
-copy of the project whose surroundings cannot be read. The second runs the copy as ``nobody`` in
-a private mount namespace where the original repository's sources and the folder beside it are
-hidden under empty tmpfs mounts (as root, ``chmod`` alone would not stop a read), and the copy's
-parent folder is not listable.
+copy of the project whose surroundings cannot be read. The second runs the copy in a private
+mount namespace where the original repository's sources and the folder beside it are hidden
+under empty tmpfs mounts, and with the capabilities that let root ignore file permissions
+(``dac_override``, ``dac_read_search``, ``fowner``, ...) dropped, so the copy's parent folder and a
+decoy seed folder beside it, owned by ``nobody`` with no access for others, really cannot be
+listed or read (as plain root, ``chmod`` would stop nothing). A control test shows the seal holds.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from conftest import REPO
 #: Strings that would point outside the repository (built so this file does not match itself).
 OUTSIDE = ("shared" + "/seeds", ".." + "/shared", "COMPENDIUM_" + "SEEDS")
 SOURCE_DIRS = ("src", "workflow", "tests")
+#: Capabilities that would let the sealed run read, chmod or unmount past the seal.
+DROPPED_CAPS = ("dac_override", "dac_read_search", "fowner", "chown", "sys_admin", "setuid", "setgid", "setfcap", "setpcap")
 #: What a project needs; everything else of the repository stays behind.
 PROJECT_PARTS = ("src", "workflow", "book", "kernels", "notebooks", "data", "pyproject.toml", "requirements.lock")
 
@@ -46,7 +50,7 @@ def test_no_source_names_a_location_outside_the_repository():
 def _can_isolate() -> str | None:
     """Why the sealed run cannot happen here (None when it can)."""
     if os.geteuid() != 0:
-        return "needs root for a private mount namespace and to drop to 'nobody'"
+        return "needs root for a private mount namespace and to drop capabilities"
     if not (shutil.which("unshare") and shutil.which("setpriv")):
         return "needs unshare and setpriv (util-linux)"
     probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs none /mnt"], capture_output=True)
@@ -70,14 +74,15 @@ def _copy_project(outer: Path) -> Path:
     decoy = outer / "shared" / "seeds"
     decoy.mkdir(parents=True)
     (decoy / "000_decoy.txt").write_text("decoy\n")
-    subprocess.run(["chown", "-R", "nobody:nogroup", str(project)], check=True)
+    subprocess.run(["chown", "-R", "nobody:nogroup", str(outer / "shared")], check=True)
     os.chmod(outer / "shared", 0o700)
-    os.chmod(outer, 0o711)  # others may pass through to the project, not list or read what is beside it
+    os.chown(outer, 65534, 65534)  # nobody's; without root's capabilities the run is just "others":
+    os.chmod(outer, 0o701)  # it may pass through to the project, not list or read what is beside it
     return project
 
 
-def _sealed(project: Path, *argv: str) -> subprocess.CompletedProcess:
-    """Run ``argv`` as nobody, in the project, with the original sources and their surroundings hidden."""
+def _sealed(project: Path, *argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``argv`` in the project without root's file capabilities, the original sources and surroundings hidden."""
     hide = [REPO / name for name in ("src", "workflow", "book", "notebooks", "kernels", "data", "tests")]
     hide.append(REPO.parent / "shared")
     mounts = " && ".join(f"mount -t tmpfs -o size=1m none {shlex.quote(str(p))}" for p in hide if p.is_dir())
@@ -89,10 +94,10 @@ def _sealed(project: Path, *argv: str) -> subprocess.CompletedProcess:
         "COMPENDIUM_ROOT": str(project),
         "HF_HUB_OFFLINE": "1",
     }
-    drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    drop = ["setpriv", "--bounding-set=" + ",".join("-" + c for c in DROPPED_CAPS)]
     inner = shlex.join(drop + [sys.executable, *argv])
     cmd = ["unshare", "-m", "sh", "-c", f"{mounts} && cd {shlex.quote(str(project))} && exec {inner}"]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +105,7 @@ def sealed_project():
     reason = _can_isolate()
     if reason:
         pytest.skip(reason)
-    # not under pytest's base temp (mode 700: nobody could not reach the project)
+    # not under pytest's base temp (mode 700, root's: the capability-less run could not reach the project)
     outer = Path(tempfile.mkdtemp(prefix="compendium-sealed-"))
     try:
         yield _copy_project(outer)
@@ -138,3 +143,23 @@ def test_data_verify_works_with_nothing_beside_the_project(sealed_project):
     proc = _sealed(sealed_project, "-m", "compendium.cli", "data", "verify")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "ok" in proc.stdout
+
+
+@pytest.mark.e2e
+def test_a_fixture_build_works_with_nothing_beside_the_project():
+    """The whole path (pre-flight, Snakemake, Papermill, Jupyter Book) reads nothing outside the copy."""
+    reason = _can_isolate()
+    if reason:
+        pytest.skip(reason)
+    outer = Path(tempfile.mkdtemp(prefix="compendium-sealed-build-"))
+    try:
+        project = _copy_project(outer)
+        fixture = REPO / "tests" / "fixtures" / "project"
+        shutil.rmtree(project / "notebooks")
+        shutil.copytree(fixture / "notebooks", project / "notebooks")
+        shutil.copy(fixture / "workflow" / "config" / "chapters.yaml", project / "workflow" / "config" / "chapters.yaml")
+        proc = _sealed(project, "-m", "compendium.cli", "build", "--cores", "2", timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+        assert (project / "results" / "smoke" / "book" / "_build" / "html" / "index.html").is_file()
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
