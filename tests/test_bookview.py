@@ -63,7 +63,8 @@ def test_glue_only_cells_removed_and_plotting_folded_with_library_calls_visible(
         _code("from compendium.papers import x as paper\nimport matplotlib.pyplot as plt\nch = start()"),
         _code('ch.glue("a", 1)\n_ = ch.glue("b", 2, ".3f")\nfor k in range(2):\n    ch.glue(f"c{k}", k)'),
         _code('ch.glue("a", 1)\ny = 2'),
-        _code('data = paper.load()\nfig, ax = plt.subplots()\nax.plot(data)\nch.figure(fig, "f")\nch.glue("n", 3)',
+        _code('data = paper.load()\nfig, ax = plt.subplots()\nax.plot(data)\nch.figure(fig, "f")\nch.glue("n", 3)\n'
+              'gap = paper.gap(data)\nch.glue("gap", gap)',
               outputs=[nbformat.v4.new_output("display_data", {"text/plain": "x"})]),
         _code("def draw(ax):\n    ax.plot([1])"),
         _code("ledger = ch.ledger\nledger.check('a', 'b', measured=1)"),
@@ -77,10 +78,12 @@ def test_glue_only_cells_removed_and_plotting_folded_with_library_calls_visible(
     assert "remove-cell" in code[1][1]                       # glue only
     assert "remove-cell" not in code[2][1]                   # glue and something else
     assert code[3] == ("data = paper.load()", [], 0)         # the library call stays visible ...
-    assert code[4][0].startswith("fig, ax") and "hide-input" in code[4][1] and code[4][2] == 1  # ... the plot folds
-    assert "hide-input" in code[5][1]                        # a drawing helper
-    assert code[6][1] == []                                  # the ledger: shown
-    assert code[7][2] == 0                                   # a trailing glue's return value is not shown
+    assert code[4][0].startswith("fig, ax") and "hide-input" in code[4][1] and code[4][2] == 0  # ... the plot folds
+    assert code[5][0] == "gap = paper.gap(data)" and code[5][1] == []  # a library call after it: visible
+    assert code[6][0] == 'ch.glue("gap", gap)' and "hide-input" in code[6][1] and code[6][2] == 1  # outputs last
+    assert "hide-input" in code[7][1]                        # a drawing helper
+    assert code[8][1] == []                                  # the ledger: shown
+    assert code[9][2] == 0                                   # a trailing glue's return value is not shown
 
 
 def test_source_box_after_the_title_names_existing_files(tmp_path):

@@ -12,9 +12,10 @@ renders:
   ``remove-cell`` (MyST-NB still reads its glued values); a cell that ends in one does not show
   the glued value as its output.
 - **Plotting code folded.** A cell that draws (matplotlib, seaborn, ``ch.figure``) gets the
-  ``hide-input`` tag, so the page shows a "show code" toggle. Statements of such a cell that call
-  into the library (a name imported from ``compendium``) are split out into visible cells, so the
-  calls a student reads stay on the page.
+  ``hide-input`` tag, so the page shows a "show code" toggle. The cell is split at statement
+  boundaries: what comes before its first drawing statement stays visible, and so does every later
+  statement that calls into the library (a name imported from ``compendium``), so the calls a
+  student reads stay on the page.
 - **Source files.** A "Source files" box after the title names the chapter's notebook, library
   module or package and tests: links when ``repository.url`` is set in ``book/_config.yml``,
   repository-relative paths otherwise.
@@ -262,7 +263,10 @@ def fold_code_cells(nb: dict) -> None:
         if not any(draws):
             cells.append(cell)
             continue
-        visible = [not d and _calls_library(s, library) for s, d in zip(tree.body, draws)]
+        # what prepares the figure's data before it is drawn stays on the page; after the first
+        # drawing statement only calls into the library do
+        first = draws.index(True)
+        visible = [not d and (i < first or _calls_library(s, library)) for i, (s, d) in enumerate(zip(tree.body, draws))]
         parts = _segments(source, tree, visible)
         for k, (shown, text) in enumerate(parts):
             last = k == len(parts) - 1
