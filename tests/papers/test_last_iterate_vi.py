@@ -211,3 +211,42 @@ def test_config_rejects_bad_values():
         paper.AffineVI("bad", -np.eye(2), np.zeros(2), ((0, 2),), "ball", 1.0, np.zeros(2), np.zeros(2))
     with pytest.raises(ValueError):
         paper.cyclic_game(4, np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------- hardening: comparison methods and intervals
+def test_extra_methods_share_the_noise_of_the_main_run(tiny_result):
+    r = tiny_result
+    assert set(r.extra) == {"RG (low-noise)", "OG (decaying)"}
+    for name, e in r.extra.items():
+        assert e["gap_sq"].shape == (r.checkpoints.size, len(paper.EXTRA_SIGMAS[name]), 2)
+        assert r.curves(name, e["sigmas"][0]).shape == (r.checkpoints.size, 2)
+    # at sigma = 0 the noise plays no role, and RG's own schedule differs from the fixed one
+    assert not np.allclose(r.curves("RG (low-noise)", 0.0), r.curves("RG", 0.0))
+    with pytest.raises(ValueError):
+        r.curves("RG (low-noise)", 1.0)  # not run at that sigma
+    sched = paper.methods.rg_low_noise_schedule(0.25, 10.0)
+    t = np.array([0, 100, 10000])
+    np.testing.assert_allclose(sched.step(t), np.minimum(0.25, (t + 10.0) ** (-1 / 3)))
+    np.testing.assert_allclose(paper.methods.decaying_step_schedule(0.25, 10.0).regularization(t), 0.0)
+
+
+def test_interval_estimates_over_seeds(tiny_result):
+    ev = paper.evaluation
+    r = tiny_result
+    slope = ev.slope_estimate(r, "RG", 1.0)
+    assert slope.unit == "seeds" and slope.n == 2 and slope.low <= slope.point <= slope.high
+    d = paper.slope_details(r, "RG", 1.0)
+    assert d["seed_slope_min"] - 1e-12 <= slope.point <= d["seed_slope_max"] + 1e-12
+    ratio = ev.ratio_estimate(r, "ROG (fixed)", "RG", (0.0, 0.01), rng=0, resamples=50)
+    expected = max(r.mean("ROG (fixed)", s)[-1] / r.mean("RG", s)[-1] for s in (0.0, 0.01))
+    assert ratio.point == pytest.approx(expected) and ratio.low <= ratio.high
+    power = ev.strong_power_estimate(r, (0.1, 0.3, 1.0))
+    assert power.n == 2 and 1.0 < power.point < 3.0
+    p = ev.variance_power_estimate(r, "ROG (sigma-tuned)", (0.1, 1.0), rng=0, resamples=20)
+    assert np.isfinite(p.point) and p.low <= p.high
+
+
+def test_exponents_display_rows():
+    rows = paper.rates.exponents_display_rows()
+    assert [r["regime"] for r in rows][-1] == "ROG, strongly monotone"
+    assert rows[0]["rate r"] == "2/5" and len(rows) == 5

@@ -47,8 +47,10 @@ Small-scale deviations
 - Horizons ``T = 5*10^4`` (smoke) and ``10^6`` (full); slopes on the window ``[T/100, T]``.
 """
 
+from . import evaluation
 from .experiment import (
     CONTROL_SIGMA,
+    EXTRA_SIGMAS,
     FIT_SIGMA_RANGE,
     HIGH_NOISE_SIGMA,
     LOW_NOISE_SIGMAS,

@@ -24,6 +24,8 @@ CONTROL_SIGMA = 1.0
 OTHER_SIGMAS = (0.1, 1.0)  # the two extra problems
 NUM_CVXPY_POINTS = 5
 MAIN_METHODS = ("RG", "ROG (sigma-tuned)", "ROG (fixed)", "SGDA", "OG")
+# comparison methods run only at the noise levels their checks read (time budget)
+EXTRA_SIGMAS = {"RG (low-noise)": LOW_NOISE_SIGMAS, "OG (decaying)": (CONTROL_SIGMA,)}
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ class Result:
 
     ``gap_sq[k, m, s, r]`` is ``Gap(z_t)^2`` at ``t = checkpoints[k]`` for method ``methods[m]``,
     noise ``sigmas[s]`` and seed ``r`` on the bilinear game; ``strong_*`` and ``other`` hold the
-    same for the other problems. ``metrics`` holds every number the ledger reads.
+    same for the other problems; ``extra[name]`` holds ``sigmas`` and ``gap_sq`` (K, S, R) of the
+    comparison methods of :data:`EXTRA_SIGMAS`. ``metrics`` holds every number the ledger reads.
     """
 
     config: Config
@@ -117,14 +120,22 @@ class Result:
     strong_gap_sq: np.ndarray
     strong_restricted_sq: np.ndarray
     other: dict
+    extra: dict
     schedules: dict
     symbolic: dict
     exponents_table: list
     metrics: dict = field(default_factory=dict)
 
+    def curves(self, method: str, sigma: float) -> np.ndarray:
+        """``Gap^2`` on the bilinear game per seed, shape (K, R), main or comparison method."""
+        if method in self.extra:
+            e = self.extra[method]
+            return e["gap_sq"][:, _index(e["sigmas"], sigma)]
+        return self.gap_sq[:, self.methods.index(method), _index(self.sigmas, sigma)]
+
     def mean(self, method: str, sigma: float) -> np.ndarray:
         """Mean over seeds of ``Gap^2`` on the bilinear game, shape (K,)."""
-        return self.gap_sq[:, self.methods.index(method), _index(self.sigmas, sigma)].mean(axis=-1)
+        return self.curves(method, sigma).mean(axis=-1)
 
 
 def _index(values, x) -> int:
@@ -145,6 +156,16 @@ def main_methods(sigmas, step_max: float, offset: float) -> list:
         me.Method("SGDA", False, tuple(const for _ in sigmas)),
         me.Method("OG", True, tuple(const for _ in sigmas)),
     ]
+
+
+def extra_methods(step_max: float, offset: float) -> dict:
+    """``name -> Method`` for the comparison methods of :data:`EXTRA_SIGMAS`: RG on its own
+    sigma = 0 schedule (same sigma information as the sigma-tuned ROG) and OG with RG's decaying
+    step but no regularization."""
+    low = me.rg_low_noise_schedule(step_max, offset)
+    decaying = me.decaying_step_schedule(step_max, offset)
+    return {"RG (low-noise)": me.Method("RG (low-noise)", False, tuple(low for _ in EXTRA_SIGMAS["RG (low-noise)"])),
+            "OG (decaying)": me.Method("OG (decaying)", True, tuple(decaying for _ in EXTRA_SIGMAS["OG (decaying)"]))}
 
 
 def cvxpy_gap_check(problem: pb.AffineVI, rng: np.random.Generator, num_points: int = NUM_CVXPY_POINTS) -> dict:
@@ -173,6 +194,11 @@ def run(config: Config) -> Result:
     methods = main_methods(sigmas, cap, t0)
     main = me.simulate(bilinear, methods, sigmas, c.num_seeds, T, ckpt, make_rng(c.seed, 10))
     seg = me.simulate_extragradient(bilinear, cap, sigmas, c.num_seeds, T, ckpt, make_rng(c.seed, 11))
+    extra = {}
+    for k, (name, method) in enumerate(extra_methods(cap, t0).items()):
+        # the same seed stream as the main run, so the noise draws of each seed match (common random numbers)
+        sim = me.simulate(bilinear, [method], np.array(EXTRA_SIGMAS[name]), c.num_seeds, T, ckpt, make_rng(c.seed, 10))
+        extra[name] = {"sigmas": np.array(EXTRA_SIGMAS[name]), "gap_sq": sim["gap_sq"][:, 0]}  # (K, S, R)
 
     # 2. the strongly monotone game: ROG and RG with eta_t = 1/(lambda t), mu_t = 1/t
     strong_sigmas = sigmas[sigmas <= 1.0 + 1e-12]
@@ -206,7 +232,7 @@ def run(config: Config) -> Result:
         config=c, checkpoints=ckpt, sigmas=sigmas, methods=tuple(m.name for m in methods),
         gap_sq=main["gap_sq"], seg_gap_sq=seg, strong_sigmas=strong_sigmas,
         strong_methods=tuple(m.name for m in strong_methods), strong_gap_sq=strong["gap_sq"],
-        strong_restricted_sq=strong["restricted_sq"], other=other,
+        strong_restricted_sq=strong["restricted_sq"], other=other, extra=extra,
         schedules={"base": me.base_schedule(cap, t0), "strong": strong_sched,
                    "tuned": {float(s): me.sigma_tuned_schedule(float(s), cap, t0) for s in sigmas}},
         symbolic=symbolic, exponents_table=rates.derived_exponents_table(), metrics={"cvxpy": cvx},
@@ -217,7 +243,7 @@ def run(config: Config) -> Result:
 
 def slope_details(result: Result, method: str, sigma: float) -> dict:
     """Per-seed slope range, seed count and window for a ledger row's ``details``."""
-    v = result.metrics["seed_slopes"][(method, float(sigma))]
+    v = rates.fit_loglog_slope(result.checkpoints, result.curves(method, sigma), result.config.window)
     return {"seed_slope_min": float(np.min(v)), "seed_slope_max": float(np.max(v)),
             "num_seeds": result.config.num_seeds, "window": list(result.config.window)}
 
@@ -229,6 +255,7 @@ def _metrics(r: Result) -> dict:
     seed_slopes = {(m, float(s)): rates.fit_loglog_slope(t, r.gap_sq[:, r.methods.index(m), _index(r.sigmas, s)], win)
                    for m in r.methods for s in r.sigmas}
     final = {(m, float(s)): float(r.mean(m, s)[-1]) for m in r.methods for s in r.sigmas}
+    final.update({(m, float(s)): float(r.mean(m, s)[-1]) for m, e in r.extra.items() for s in e["sigmas"]})
     seg_mean = r.seg_gap_sq.mean(axis=-1)
     seg_slope = {float(s): rates.fit_loglog_slope(t, seg_mean[:, i], win) for i, s in enumerate(r.sigmas)}
     in_fit = (r.sigmas >= FIT_SIGMA_RANGE[0]) & (r.sigmas <= FIT_SIGMA_RANGE[1])

@@ -82,6 +82,19 @@ def sigma_tuned_schedule(sigma: float, step_cap: float, offset: float) -> Schedu
                     1.0, DETERMINISTIC_REG_EXPONENT, offset=offset)
 
 
+def rg_low_noise_schedule(step_cap: float, offset: float) -> Schedule:
+    """RG's own schedule for sigma = 0: ``eta_t = mu_t = (t+t0)^-1/3`` (the exponent program
+    without noise and with ``a >= b`` gives ``a = b = 1/3``, rate ``t^-2/3``). Given to RG at low
+    noise so that RG and the sigma-tuned ROG use the same information about sigma."""
+    return Schedule(step_cap, STEP_COEF, 1 / 3, REG_COEF, 1 / 3, offset=offset)
+
+
+def decaying_step_schedule(step_cap: float, offset: float) -> Schedule:
+    """RG's decaying step ``(t+t0)^-3/5`` without regularization (``mu = 0``): OG on it isolates
+    what the regularization does."""
+    return Schedule(step_cap, STEP_COEF, STEP_EXPONENT, offset=offset)
+
+
 def strongly_monotone_schedule(strong_monotonicity: float, step_cap: float, offset: float) -> Schedule:
     """``eta_t = min(cap, kappa / (lambda (t+t0)))`` and ``mu_t = (t+t0)^-1`` (bias ``t^-2``)."""
     return Schedule(step_cap, STRONG_STEP_KAPPA / strong_monotonicity, 1.0, 1.0, STRONG_REG_EXPONENT, offset=offset)

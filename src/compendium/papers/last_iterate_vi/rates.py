@@ -110,6 +110,19 @@ def derived_exponents_table() -> list:
     return rows
 
 
+def exponents_display_rows() -> list:
+    """The derived-exponents table as the chapter shows it: one dict per regime (strings), the
+    strongly monotone row included (its ``t E||z - z*||^2`` limit from
+    :func:`strongly_monotone_constant`)."""
+    rows = [{"regime": row["regime"], "step a": str(row["a"]), "regularization b": str(row["b"]),
+             "rate r": str(row["rate"]),
+             "power of sigma": "none (fixed constants)" if row["sigma_power"] is None else str(row["sigma_power"])}
+            for row in derived_exponents_table()]
+    rows.append({"regime": "ROG, strongly monotone", "step a": "1", "regularization b": "1", "rate r": "1",
+                 "power of sigma": "2: t E|z - z*|^2 -> " + str(strongly_monotone_constant())})
+    return rows
+
+
 # ------------------------------------------------------------------ measuring rates
 def fit_loglog_slope(times, values, window) -> float:
     """OLS slope of ``log values`` on ``log times`` over ``window[0] <= t <= window[1]``.
