@@ -225,6 +225,16 @@ def test_tiny_run_is_deterministic(tiny_asset):
     assert m["leak_recall"] == 1.0 and m["leak_survival"] == 1.0
     assert m["clean_ci"] == second.metrics["clean_ci"]
     assert ((first.tasks.acc_tlm >= 0) & (first.tasks.acc_tlm <= 1)).all()
+    est = m["estimates"]
+    assert est["clean_lift"].unit == "tasks" and est["clean_lift"].point == pytest.approx(m["clean_median_lift"])
+    assert est["recovery_ratio"].n == int(first.tasks.type.isin(("binary", "categorical")).sum())
+    assert m["naive_exact_recall"] == 1.0  # each injected exact row has a verbatim copy
+    robust = first.robustness.set_index("family")
+    assert list(robust.index) == list(paper.robustness.FAMILIES)
+    assert robust.loc["verbatim", "naive"] == 1.0 and robust.loc["permuted+padded", "canonical"] == 1.0
+    assert robust.loc["permuted+padded", "naive"] == 0.0  # the naive match misses every permuted copy
+    assert robust.loc["reordered-rows", "canonical"] == 1.0
+    assert robust.loc["renamed-column", "either"] == 0.0  # both row detectors need the same column names
 
 
 @pytest.mark.parametrize("bad", [
@@ -247,3 +257,38 @@ def _toy_task():
     x = np.array([[1.5, 20.0], [2.25, 30.5], [3.0, 41.0]])
     return tables.Task("toy", "s", "binary", ("alpha", "beta"),
                        x, np.array(["yes", "no", "yes"]), x, np.array(["yes", "no", "no"]))
+
+
+def test_interval_estimates_and_chance_adjusted_ratio():
+    from compendium.papers.tabula_reevaluation import metrics
+
+    rng = np.random.default_rng(0)
+    base, tlm, maj = np.full(8, 0.55), np.full(8, 0.60), np.full(8, 0.50)
+    assert metrics.ratio_of_lifts(base, tlm, maj) == pytest.approx(0.5)  # 5 of 10 points of lift
+    assert metrics.recovery_of_means(base, tlm) == pytest.approx(0.55 / 0.60)
+    assert math.isnan(metrics.ratio_of_lifts(base, maj, maj))  # no TLM lift: undefined
+    est = metrics.task_bootstrap(metrics.ratio_of_lifts, [base, tlm, maj], rng, resamples=200)
+    assert est.point == pytest.approx(0.5) and est.low == pytest.approx(0.5) and est.high == pytest.approx(0.5)
+    noisy = rng.normal(0.0, 0.05, 40)
+    med = metrics.median_interval(noisy, np.random.default_rng(1), resamples=500)
+    assert med.low <= np.median(noisy) <= med.high and med.n == 40
+    # the test-split majority of a balanced binary task with 24 rows is inflated above 0.5
+    assert metrics.expected_majority_accuracy(24, 0.5) == pytest.approx(0.5806, abs=1e-3)
+    assert metrics.expected_majority_accuracy(1, 0.5) == 1.0
+
+
+def test_perturbation_families_by_hand():
+    from compendium.papers.tabula_reevaluation import robustness
+
+    task = tables.Task("t", "s", "binary", ("alpha", "beta", "gamma"), np.zeros((2, 3)), np.array(["yes", "no"]),
+                       np.array([[1.234, 20.5, 3.0], [4.5, 6.25, 7.0]]), np.array(["no", "yes"]))
+    rng = np.random.default_rng(0)
+    for family in robustness.FAMILIES:
+        doc = robustness.perturbed_document(task, family, rng)
+        assert len(doc) == 2
+    r = robustness.detector_recall([task], "dropped-column", rng, round_digits=3, near_duplicate_tolerance=0.1)
+    assert r["canonical"] == 0.0 and r["near"] == 0.0 and r["rows"] == 2
+    r = robustness.detector_recall([task], "rounded-2", rng, round_digits=3, near_duplicate_tolerance=0.1)
+    assert r["canonical"] == 0.0  # 1.234 -> 1.2 changes the 3-digit hash
+    with pytest.raises(ValueError):
+        robustness.perturbed_document(task, "shuffled", rng)

@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from ...runtime import make_rng
-from . import audit, metrics
+from . import audit, metrics, robustness
 from .model import MODEL_KINDS, load_asset, predict
 
 ASSET_NAME = "tabular_lm_miniature"
@@ -64,6 +64,7 @@ class Result:
     near_rows: pd.DataFrame
     metrics: dict
     training_losses: dict
+    robustness: pd.DataFrame
 
 
 def classical_accuracies(task, gbm_estimators: int, seed: int) -> tuple[float, float]:
@@ -211,4 +212,47 @@ def run(config: Config, asset_directory: str | Path) -> Result:
         "median_lift_by_type": {kind: metrics.median_lift_by_type(frame[f"lift_{kind}"], frame.type)
                                 for kind in (*MODEL_KINDS, "lr", "gbm")},
     }
-    return Result(frame, near_rows, summary, asset["metrics"]["losses"])
+    # -- interval estimates the ledger decides on (tasks are the unit of replication)
+    R = config.bootstrap_resamples
+    std_frame = frame[standard]
+    summary["estimates"] = {
+        "clean_lift": metrics.median_interval(clean_lifts, make_rng(config.seed, 2), resamples=R),
+        "contaminated_lift": metrics.median_interval(contaminated_lifts, make_rng(config.seed, 4), resamples=R),
+        # controls: a learner fitted per task on the same clean tasks; the table-free model on the contaminated ones
+        "lr_clean_lift": metrics.median_interval(frame.lift_lr[standard & (frame.group == "clean")].to_numpy(),
+                                                 make_rng(config.seed, 10), resamples=R),
+        "base_contaminated_lift": metrics.median_interval(frame.lift_base[standard & (frame.group == "overlap")].to_numpy(),
+                                                          make_rng(config.seed, 11), resamples=R),
+        "quartile_vs_standard": metrics.median_difference_estimate(
+            frame.lift_tlm[quartile].to_numpy(), frame.lift_tlm[standard].to_numpy(), make_rng(config.seed, 3), resamples=R),
+        "recovery_ratio": metrics.task_bootstrap(metrics.recovery_of_means, [std_frame.acc_base, std_frame.acc_tlm],
+                                                 make_rng(config.seed, 6), resamples=R),
+        "lift_ratio": metrics.task_bootstrap(metrics.ratio_of_lifts, [std_frame.acc_base, std_frame.acc_tlm, std_frame.majority],
+                                             make_rng(config.seed, 7), resamples=R),
+        "gap_closure": metrics.task_bootstrap(metrics.gap_closure_of_means,
+                                              [frame.acc_base[quartile], frame.acc_base_q[quartile], frame.acc_tlm[quartile]],
+                                              make_rng(config.seed, 8), resamples=R),
+    }
+    summary["test_rows"] = int(np.median(n_test))
+    summary["expected_chance_majority"] = metrics.expected_majority_accuracy(int(np.median(n_test)), 0.5)
+    summary["lift_base_standard"] = float(std_frame.lift_base.mean())
+    summary["lift_tlm_standard"] = float(std_frame.lift_tlm.mean())
+
+    # -- the detectors on perturbation families they were not designed for, beside a naive string match
+    robust = robustness.robustness_table(tasks, make_rng(config.seed, 9), round_digits=config.round_digits,
+                                         near_duplicate_tolerance=config.near_duplicate_tolerance)
+    naive_hits = _naive_exact_recall(tasks, asset["pool"], frame, n_test)
+    summary["naive_exact_recall"] = naive_hits
+    return Result(frame, near_rows, summary, asset["metrics"]["losses"], robust)
+
+
+def _naive_exact_recall(tasks, pool, frame, n_test) -> float:
+    """Share of the benchmark's injected exact rows that a naive string match of the serialized row finds."""
+    from .tables import serialize_row
+
+    lines = {line.strip() for doc in pool for line in doc}
+    hits = []
+    for t, mode in zip(tasks, frame.overlap):
+        if mode == "exact":
+            hits += [serialize_row(t.feature_names, row, t.options, lab) in lines for row, lab in zip(t.x_test, t.y_test)]
+    return _mean(np.array(hits, dtype=float)) if hits else float("nan")

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import scipy.stats
 
+from ...stats import Estimate, bootstrap_interval
+
 
 def majority_baseline(y_test: Sequence[str]) -> tuple[str, float]:
     """The majority class of the test split and its accuracy there.
@@ -178,3 +180,74 @@ def top_fraction_enrichment(scores: Sequence[float], flagged: Sequence[bool], fr
     hits = int(flagged[order].sum())
     p = float(scipy.stats.hypergeom.sf(hits - 1, n, int(flagged.sum()), n_top))
     return {"n_top": n_top, "hits": hits, "share": hits / n_top, "base_rate": float(flagged.mean()), "p_value": p}
+
+
+# ------------------------------------------------------------------ interval estimates for the ledger
+def median_interval(values: Sequence[float], rng: np.random.Generator, *, resamples: int = 2000,
+                    unit: str = "tasks") -> Estimate:
+    """Median over tasks with a percentile bootstrap interval (tasks resampled), as an Estimate."""
+    return bootstrap_interval(np.asarray(values, float), np.median, unit=unit, rng=rng, resamples=resamples)
+
+
+def task_bootstrap(statistic: Callable[..., float], columns: Sequence[Sequence[float]], rng: np.random.Generator, *,
+                   resamples: int = 2000, unit: str = "tasks") -> Estimate:
+    """Percentile bootstrap of ``statistic(*columns)`` resampling whole tasks (rows of every column together).
+
+    Parameters
+    ----------
+    statistic : function of the columns, each (n,), returning a float (NaN resamples are dropped)
+    columns : equal-length per-task arrays (for example base and TLM accuracies of the same tasks)
+    """
+    cols = [np.asarray(c, float) for c in columns]
+    n = cols[0].size
+    if n < 2 or any(c.shape != (n,) for c in cols):
+        raise ValueError("task_bootstrap needs equal-length 1-D columns of at least two tasks")
+    if resamples < 100:
+        raise ValueError("task_bootstrap needs resamples >= 100")
+    idx = rng.integers(0, n, size=(resamples, n))  # (resamples, n) whole tasks
+    draws = np.array([statistic(*(c[i] for c in cols)) for i in idx], dtype=float)
+    undefined = float(np.mean(~np.isfinite(draws)))
+    # every resample undefined (no TLM lift anywhere): an unbounded interval; a NaN point fails any criterion
+    low, high = np.nanquantile(np.where(np.isfinite(draws), draws, np.nan), [0.025, 0.975]) if undefined < 1 else (-np.inf, np.inf)
+    method = f"percentile bootstrap over whole tasks, {resamples} resamples"
+    if undefined:
+        method += f" ({undefined:.1%} undefined resamples dropped)"
+    return Estimate(float(statistic(*cols)), float(low), float(high), 0.95, unit, n, method)
+
+
+def ratio_of_lifts(acc_without, acc_with, majority) -> float:
+    """Chance-adjusted recovery: ``mean lift(no tables) / mean lift(TLM)`` (NaN when the TLM's lift is <= 0)."""
+    base = np.mean(np.asarray(acc_without, float) - np.asarray(majority, float))
+    tlm = np.mean(np.asarray(acc_with, float) - np.asarray(majority, float))
+    return float(base / tlm) if tlm > 0 else float("nan")
+
+
+def recovery_of_means(acc_without, acc_with) -> float:
+    """:func:`recovery_ratio` of the mean accuracies (the statistic the bootstrap resamples); NaN if the TLM scores 0."""
+    target = float(np.mean(acc_with))
+    return recovery_ratio(float(np.mean(acc_without)), target) if target > 0 else float("nan")
+
+
+def gap_closure_of_means(base, augmented, target) -> float:
+    """:func:`gap_closure` of mean accuracies, NaN when the TLM does not beat the base."""
+    b, a, t = float(np.mean(base)), float(np.mean(augmented)), float(np.mean(target))
+    return gap_closure(b, a, t) if t > b else float("nan")
+
+
+def median_difference_estimate(values_a, values_b, rng: np.random.Generator, *, resamples: int = 2000) -> Estimate:
+    """:func:`median_difference_ci` as an Estimate (two independent groups of tasks)."""
+    out = median_difference_ci(values_a, values_b, rng, resamples=resamples)
+    return Estimate(out["difference"], out["ci"][0], out["ci"][1], 0.95, "tasks",
+                    int(np.size(values_a) + np.size(values_b)), f"two-sample percentile bootstrap, {resamples} resamples")
+
+
+def expected_majority_accuracy(n_rows: int, p: float = 0.5) -> float:
+    """``E[max(K, n - K) / n]`` for ``K ~ Binomial(n, p)``: the test-split majority baseline of a binary task.
+
+    With the majority taken on the test split itself, the baseline is above ``max(p, 1 - p)`` by
+    construction (0.58 for 24 rows at ``p = 0.5``), so a model at chance has a negative lift.
+    """
+    if n_rows < 1 or not 0 <= p <= 1:
+        raise ValueError("need n_rows >= 1 and p in [0, 1]")
+    k = np.arange(n_rows + 1)
+    return float(np.sum(scipy.stats.binom.pmf(k, n_rows, p) * np.maximum(k, n_rows - k)) / n_rows)
