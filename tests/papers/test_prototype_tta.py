@@ -190,9 +190,13 @@ def test_builder_is_deterministic_and_loadable(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
     second.mkdir()
-    paper.build_asset(first, "smoke", 0, settings=TINY_TRAIN)
-    paper.build_asset(second, "smoke", 0, settings=TINY_TRAIN)
+    paper.build_asset(first, "smoke", 0, settings=TINY_TRAIN, num_encoders=2)
+    paper.build_asset(second, "smoke", 0, settings=TINY_TRAIN, num_encoders=2)
     assert (first / "model.pt").read_bytes() == (second / "model.pt").read_bytes()
+    assert (first / "encoder_1" / "model.pt").read_bytes() == (second / "encoder_1" / "model.pt").read_bytes()
+    assert (first / "encoder_1" / "model.pt").read_bytes() != (first / "model.pt").read_bytes()  # another seed
+    encoders = paper.load_encoders(first)
+    assert len(encoders) == 2 and encoders[1][1]["split"] == encoders[0][1]["split"]  # one shared split
     meta = json.loads((first / "metadata.json").read_text())
     assert meta["settings"]["steps"] == 3 and len(meta["split"]["test"]) == 500
     model, meta2 = paper.load_asset(first)
@@ -207,8 +211,13 @@ def test_builder_is_deterministic_and_loadable(tmp_path):
 def test_tiny_run_is_deterministic(tiny_model):
     split = {k: v[::10] for k, v in paper.split_indices_for(0).items()}  # 5 test, 2 val digits per class
     config = paper.Config(num_orders=2, class_counts=(10, 20), samples_per_class=1, timing_samples=3,
-                          alpha_grid=(1.0, 2.0), beta_grid=(5.0,))
+                          alpha_grid=(1.0, 2.0), beta_grid=(5.0,), validation_streams=2)
     a = paper.run(config, tiny_model, split, timing=False)
+    gains = paper.gains_over_encoders(config, [(tiny_model, {"split": split})] * 2, a)
+    assert gains[0] == gains[1]  # the same encoder twice: adaptation() reproduces run()'s steps 1-3
+    assert np.isclose(gains[0]["pta_vs_zero_shot"], a.accuracy["PTA"].mean() - a.accuracy["zero-shot"].mean())
+    est = paper.encoder_estimates(gains)
+    assert est["pta_vs_tda"].n == 2 and est["pta_vs_tda"].unit == "trained encoders"
     b = paper.run(config, tiny_model, split, timing=True)
     assert a.accuracy["PTA"].shape == (2, len(paper.TARGET_DOMAINS))
     for field in dataclasses.fields(a):
@@ -232,7 +241,7 @@ def test_tiny_run_is_deterministic(tiny_model):
 @pytest.mark.parametrize("bad", [dict(num_orders=1), dict(class_counts=(10,)), dict(class_counts=(30, 10)),
                                  dict(class_counts=(5, 10)), dict(contamination=1.0), dict(pta_mode="mean"),
                                  dict(alpha_grid=()), dict(beta_grid=(0.0,)), dict(samples_per_class=0),
-                                 dict(seed=-1)])
+                                 dict(seed=-1), dict(validation_streams=0)])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         paper.Config(**bad)
@@ -251,3 +260,24 @@ def test_methods_reject_bad_input():
         paper.run_stream(paper.ZeroShot(3, 2), np.zeros((4, 2)), np.zeros((3, 3)))
     with pytest.raises(ValueError):
         paper.EncoderConfig(hidden=0)
+
+
+def test_uniform_weights_ignore_confidence():
+    logits = np.array([[3.0, 0.0, 0.0], [0.0, 0.5, 0.0]])
+    w = paper.pta_weights(logits, "uniform")
+    np.testing.assert_array_equal(w, [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    hard = paper.pta_weights(logits, "hard")
+    assert hard[0, 0] < 1.0 and hard[1, 1] < w[1, 1]  # hard keeps the confidence, uniform does not
+    online = paper.PTA(3, 2, mode="uniform")
+    feats = np.array([[1.0, 0.0], [0.0, 1.0]])
+    for f, s_ in zip(feats, logits):
+        online.step(f, s_)
+    np.testing.assert_allclose(online.prototypes, paper.pta_prototypes(feats, logits, "uniform"))
+
+
+def test_break_even_encoder_size():
+    # (E + 10) / (E + 100) >= 0.9  <=>  E >= (90 - 10) / 0.1 = 800
+    assert paper.break_even_encoder_macs(10.0, 100.0, 0.9) == pytest.approx(800.0)
+    assert paper.break_even_encoder_macs(100.0, 100.0, 0.9) == 0.0
+    with pytest.raises(ValueError):
+        paper.break_even_encoder_macs(1.0, 2.0, 1.0)

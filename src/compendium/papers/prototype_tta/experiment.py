@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...runtime import make_rng
+from ...stats import mean_interval
 from . import data
 from .methods import (PTA, TDA, ZeroShot, pta_logits, pta_prototypes, pta_trace, pta_weights, run_stream, softmax,
                       step_cost, tda_logits, tda_trace)
@@ -35,6 +36,7 @@ class Config:
     pta_mode: str = "soft"
     alpha_grid: tuple = (0.5, 1.0, 2.0, 4.0, 8.0)
     beta_grid: tuple = (1.0, 3.0, 5.0, 8.0)
+    validation_streams: int = 5
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -54,6 +56,8 @@ class Config:
             raise ValueError(f"pta_mode must be 'soft' or 'hard', got {self.pta_mode!r}")
         if not self.alpha_grid or not self.beta_grid or min(self.alpha_grid + self.beta_grid) <= 0:
             raise ValueError("alpha_grid and beta_grid must be non-empty lists of positive numbers")
+        if not isinstance(self.validation_streams, int) or not 1 <= self.validation_streams <= 50:
+            raise ValueError(f"validation_streams must be an integer in [1, 50], got {self.validation_streams!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
@@ -100,6 +104,8 @@ def _run_methods(features, logits, labels, hyper, mode, keep=None) -> dict:
     C, d = logits.shape[1], features.shape[1]
     out = {"zero-shot": _stream_accuracy(logits, labels, keep)}
     out["PTA"] = _stream_accuracy(run_stream(PTA(C, d, *hyper["PTA"], mode=mode), features, logits), labels, keep)
+    # control: the same read-out with every sample weighted 1 on its predicted class (no confidence)
+    out["PTA-uniform"] = _stream_accuracy(run_stream(PTA(C, d, *hyper["PTA"], mode="uniform"), features, logits), labels, keep)
     out["TDA"] = _stream_accuracy(run_stream(TDA(C, d, *hyper["TDA"]), features, logits), labels, keep)
     return out
 
@@ -154,12 +160,21 @@ def grid_accuracy(features, logits, labels, alphas, betas, mode: str) -> dict:
     return grids
 
 
-def select_hyperparameters(features, logits, labels, config: Config, mode: str):
-    """Grid search of (alpha, beta) on the validation stream, separately for PTA and TDA.
+def select_hyperparameters(streams, config: Config, mode: str):
+    """Grid search of (alpha, beta) on the validation streams, separately for PTA and TDA.
+
+    ``streams`` is a list of ``(features, logits, labels)``: independent draws (order and shift)
+    of the validation domain. The grid is their mean accuracy, so one sample no longer decides it.
 
     Returns ``(chosen, grids)``: the first best pair in grid order per method, and the accuracies.
     """
-    grids = grid_accuracy(features, logits, labels, config.alpha_grid, config.beta_grid, mode)
+    if not streams:
+        raise ValueError("need at least one validation stream")
+    grids = None
+    for f, s, y in streams:
+        g = grid_accuracy(f, s, y, config.alpha_grid, config.beta_grid, mode)
+        grids = g if grids is None else {k: grids[k] + g[k] for k in g}
+    grids = {k: v / len(streams) for k, v in grids.items()}
     chosen = {}
     for name, acc in grids.items():
         i, j = np.unravel_index(int(np.argmax(acc)), acc.shape)
@@ -217,32 +232,32 @@ def _time_methods(model, encoder, canvases, feats, logits, prompt_feats, hyper, 
     return medians
 
 
-def run(config: Config, model: DualEncoder, split: dict, timing: bool = True) -> Result:
-    """Run every experiment of the chapter with the trained dual encoder ``model``.
+def adaptation(config: Config, model: DualEncoder, split: dict) -> dict:
+    """Steps 1-3 for one trained encoder: validated hyper-parameters, target streams, contamination.
 
-    ``split`` holds the asset's digit indices (``"val"``, ``"test"``); ``timing=False`` skips the
-    stopwatch (tests).
+    Returns a dict with ``hyper``, ``grids`` (validation), ``accuracy`` and ``contaminated``
+    (method -> (num_orders, domains)), ``intruders`` and the repetition streams (``streams``).
     """
     model = model.eval()
     encoder = _Encoder(model)
     images, labels = data.load_digit_images()
     val_idx, test_idx = np.asarray(split["val"]), np.asarray(split["test"])
     single_text = text_features(model, data.single_digit_prompts())
-    d = single_text.shape[1]
     mode = config.pta_mode
     domains = data.TARGET_DOMAINS
     R, D = config.num_orders, len(domains)
-
     # 1. hyper-parameters on the validation domain (never a target domain)
-    rng = make_rng(config.seed, 0)
-    canv, y_val = _domain_stream(data.VALIDATION_DOMAIN, images[val_idx], labels[val_idx],
-                                 rng.permutation(val_idx.size), rng)
-    f_val, s_val = encoder(canv, single_text)
-    hyper, grids = select_hyperparameters(f_val, s_val, y_val, config, mode)
+    val_streams = []
+    for v in range(config.validation_streams):  # independent draws of the validation shift
+        rng = make_rng(config.seed, 0) if v == 0 else make_rng(config.seed, 0, v)
+        canv, y_val = _domain_stream(data.VALIDATION_DOMAIN, images[val_idx], labels[val_idx],
+                                     rng.permutation(val_idx.size), rng)
+        val_streams.append((*encoder(canv, single_text), y_val))
+    hyper, grids = select_hyperparameters(val_streams, config, mode)
 
     # 2. target domains, paired over repetitions (order and corruption draw); 3. contamination
-    accuracy = {k: np.zeros((R, D)) for k in METHODS + ("oracle", "centroid")}
-    contaminated = {k: np.zeros((R, D)) for k in METHODS}
+    accuracy = {k: np.zeros((R, D)) for k in METHODS + ("PTA-uniform", "oracle", "centroid")}
+    contaminated = {k: np.zeros((R, D)) for k in METHODS + ("PTA-uniform",)}
     intruders = np.zeros((R, D), dtype=np.int64)
     streams = {}
     for r in range(R):
@@ -277,6 +292,30 @@ def run(config: Config, model: DualEncoder, split: dict, timing: bool = True) ->
                 contaminated[k][r, j] = v
             if r == 0:
                 streams[("mixed", j)] = (ff, ss, yy, genuine)
+
+    return {"hyper": hyper, "grids": grids, "accuracy": accuracy, "contaminated": contaminated,
+            "intruders": intruders, "streams": streams}
+
+
+def run(config: Config, model: DualEncoder, split: dict, timing: bool = True) -> Result:
+    """Run every experiment of the chapter with the trained dual encoder ``model``.
+
+    ``split`` holds the asset's digit indices (``"val"``, ``"test"``); ``timing=False`` skips the
+    stopwatch (tests).
+    """
+    model = model.eval()
+    encoder = _Encoder(model)
+    images, labels = data.load_digit_images()
+    test_idx = np.asarray(split["test"])
+    single_text = text_features(model, data.single_digit_prompts())
+    d = single_text.shape[1]
+    mode = config.pta_mode
+    domains = data.TARGET_DOMAINS
+    R, D = config.num_orders, len(domains)
+
+    adapted = adaptation(config, model, split)
+    hyper, grids, streams = adapted["hyper"], adapted["grids"], adapted["streams"]
+    accuracy, contaminated, intruders = adapted["accuracy"], adapted["contaminated"], adapted["intruders"]
 
     # 4. exact properties and order sensitivity (repetition 0)
     inv, closed, zero_gap = 0.0, 0.0, 0.0
@@ -351,3 +390,54 @@ def run(config: Config, model: DualEncoder, split: dict, timing: bool = True) ->
         cost=cost, occupancy=occupancy, slopes=slopes, latency_ns=latency if timing else {},
         measured_throughput=measured, encoder_macs=E,
     )
+
+
+# ---------------------------------------------------------------------------- across trained encoders
+def encoder_gains(adapted: dict) -> dict:
+    """One trained encoder's paired gains in points, each the mean over domains and repetitions.
+
+    ``pta_vs_zero_shot``, ``pta_vs_tda``, ``pta_vs_uniform`` (confidence weighting against weight 1
+    on the predicted class), ``uniform_vs_zero_shot``, ``pta_contaminated`` (PTA - zero-shot on the
+    genuine samples of contaminated streams), ``tda_contaminated`` and the premise checks
+    ``tda_hurt`` / ``pta_hurt`` (clean-stream gain minus contaminated-stream gain over zero-shot).
+    """
+    a, c = adapted["accuracy"], adapted["contaminated"]
+    m = lambda table, k: float(np.mean(table[k]))  # noqa: E731
+    zs = m(a, "zero-shot")
+    return {
+        "pta_vs_zero_shot": m(a, "PTA") - zs,
+        "pta_vs_tda": m(a, "PTA") - m(a, "TDA"),
+        "pta_vs_uniform": m(a, "PTA") - m(a, "PTA-uniform"),
+        "uniform_vs_zero_shot": m(a, "PTA-uniform") - zs,
+        "tda_vs_zero_shot": m(a, "TDA") - zs,
+        "pta_contaminated": m(c, "PTA") - m(c, "zero-shot"),
+        "tda_contaminated": m(c, "TDA") - m(c, "zero-shot"),
+        "tda_hurt": (m(a, "TDA") - zs) - (m(c, "TDA") - m(c, "zero-shot")),
+        "pta_hurt": (m(a, "PTA") - zs) - (m(c, "PTA") - m(c, "zero-shot")),
+    }
+
+
+def encoder_estimates(per_encoder: list[dict], level: float = 0.95) -> dict:
+    """t intervals over trained encoders (the unit of replication) of every key of :func:`encoder_gains`."""
+    if len(per_encoder) < 2:
+        raise ValueError("intervals over encoders need at least two trained encoders")
+    return {k: mean_interval([g[k] for g in per_encoder], level=level, unit="trained encoders")
+            for k in per_encoder[0]}
+
+
+def break_even_encoder_macs(zero_shot_head: float, method_head: float, keep: float = 0.9) -> float:
+    """Encoder cost ``E`` above which ``(E + zero_shot_head) / (E + method_head) >= keep``.
+
+    ``E >= (keep * method_head - zero_shot_head) / (1 - keep)``; 0 when the method is already as cheap.
+    """
+    if not 0 < keep < 1:
+        raise ValueError(f"keep must lie in (0, 1), got {keep}")
+    return max(0.0, (keep * method_head - zero_shot_head) / (1.0 - keep))
+
+
+def gains_over_encoders(config: Config, encoders, first: Result) -> list[dict]:
+    """:func:`encoder_gains` of every trained encoder; the first reuses ``first`` (its full run)."""
+    out = [encoder_gains({"accuracy": first.accuracy, "contaminated": first.contaminated})]
+    for model, meta in encoders[1:]:
+        out.append(encoder_gains(adaptation(config, model, meta["split"])))
+    return out

@@ -78,7 +78,8 @@ class PTA:
         ``C`` and ``d``.
     alpha, beta : float
         Residual weight and sharpness of the read-out.
-    mode : {"soft", "hard"}
+    mode : {"soft", "hard", "uniform"}
+        ``uniform`` is the control without confidence weighting: weight ``lam`` on the predicted class.
     update_weight : float
         ``lam`` >= 0; with zero-initialised prototypes any positive value gives the same logits.
     """
@@ -87,8 +88,8 @@ class PTA:
 
     def __init__(self, num_classes: int, dim: int, alpha: float = 2.0, beta: float = 5.0,
                  mode: str = "soft", update_weight: float = 1.0):
-        if mode not in ("soft", "hard"):
-            raise ValueError(f"mode must be 'soft' or 'hard', got {mode!r}")
+        if mode not in ("soft", "hard", "uniform"):
+            raise ValueError(f"mode must be 'soft', 'hard' or 'uniform', got {mode!r}")
         if update_weight < 0 or alpha < 0 or beta < 0:
             raise ValueError("alpha, beta and update_weight must be non-negative")
         self.num_classes, self.dim = num_classes, dim
@@ -103,7 +104,7 @@ class PTA:
             return self.update_weight * p
         w = np.zeros_like(p)
         c = int(p.argmax())
-        w[c] = self.update_weight * p[c]
+        w[c] = self.update_weight * (p[c] if self.mode == "hard" else 1.0)  # uniform: no confidence
         return w
 
     def observe(self, feature: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -135,13 +136,13 @@ class PTA:
 def pta_weights(logits: np.ndarray, mode: str = "soft", update_weight: float = 1.0) -> np.ndarray:
     """PTA's update weights ``W`` ``(n, C)`` for a stream of zero-shot logits ``(n, C)``."""
     p = softmax(logits)
-    if mode == "hard":
+    if mode in ("hard", "uniform"):
         w = np.zeros_like(p)
         rows, top = np.arange(p.shape[0]), p.argmax(1)
-        w[rows, top] = p[rows, top]
+        w[rows, top] = p[rows, top] if mode == "hard" else 1.0
         p = w
     elif mode != "soft":
-        raise ValueError(f"mode must be 'soft' or 'hard', got {mode!r}")
+        raise ValueError(f"mode must be 'soft', 'hard' or 'uniform', got {mode!r}")
     return update_weight * p
 
 

@@ -138,14 +138,14 @@ def _to_tensor(canvases: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(canvases, dtype=np.float32))[:, None]
 
 
-def train(settings: TrainSettings, seed: int, log=print) -> tuple[DualEncoder, dict]:
+def train(settings: TrainSettings, seed: int, log=print, split: dict | None = None) -> tuple[DualEncoder, dict]:
     """Train the dual encoder on clean canvases of sklearn's training digits; return ``(model, metrics)``.
 
     Each step draws ``batch_size`` prompts uniformly over the three number lengths and composes a
     canvas for each; the loss is cross-entropy of the canvas against all 1110 prompts.
     """
     images, labels = data.load_digit_images()
-    split = split_indices_for(seed)
+    split = split_indices_for(seed) if split is None else split
     train_images, train_labels = images[split["train"]], labels[split["train"]]
     prompt_tokens = data.all_prompts()
     all_prompts_tensor = torch.from_numpy(prompt_tokens)
@@ -232,17 +232,45 @@ def zero_shot_logits(model: DualEncoder, features: np.ndarray, tokens: np.ndarra
     return float(model.logit_scale().detach()) * features @ text_features(model, tokens).T
 
 
-def build_asset(out_dir: Path, scale: str, seed: int, settings: TrainSettings | None = None) -> None:
-    """The workflow builder: train for ``scale`` and write ``model.pt`` and ``metadata.json``."""
+ENCODERS = {"smoke": 3, "full": 5}  # trained encoders per scale (the unit of replication of the gains)
+
+
+def encoder_seed(seed: int, index: int) -> int:
+    """Training seed of encoder ``index`` (index 0 is the asset's own seed)."""
+    return int(seed) if index == 0 else int(seed) + 1000 * int(index)
+
+
+def build_asset(out_dir: Path, scale: str, seed: int, settings: TrainSettings | None = None,
+                num_encoders: int | None = None) -> None:
+    """The workflow builder: train ``ENCODERS[scale]`` encoders; the first in ``out_dir``, the others
+    in ``out_dir/encoder_<k>``, each with ``model.pt`` and ``metadata.json``. All share one data split."""
     out_dir = Path(out_dir)
     settings = settings or settings_for(scale)
-    model, metrics = train(settings, seed)
-    torch.save(model.state_dict(), out_dir / "model.pt")
+    count = ENCODERS[scale] if num_encoders is None else int(num_encoders)
+    if count < 1:
+        raise ValueError(f"num_encoders must be >= 1, got {count}")
     split = split_indices_for(seed)
-    meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(settings),
-            "metrics": metrics, "split": {k: v.tolist() for k, v in split.items()}}
-    (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    print(f"{ASSET_NAME}: {metrics}")
+    for k in range(count):
+        where = out_dir if k == 0 else out_dir / f"encoder_{k}"
+        where.mkdir(parents=True, exist_ok=True)
+        model, metrics = train(settings, encoder_seed(seed, k), split=split)
+        torch.save(model.state_dict(), where / "model.pt")
+        meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "encoder_seed": encoder_seed(seed, k),
+                "num_encoders": count, "settings": asdict(settings),
+                "metrics": metrics, "split": {key: v.tolist() for key, v in split.items()}}
+        (where / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        print(f"{ASSET_NAME} encoder {k}: {metrics}")
+
+
+def load_encoders(path: str | Path) -> list[tuple["DualEncoder", dict]]:
+    """Every encoder of the asset: ``[(model, metadata), ...]``, the asset's own first."""
+    path = Path(path)
+    out = [load_asset(path)]
+    k = 1
+    while (path / f"encoder_{k}" / "model.pt").is_file():
+        out.append(load_asset(path / f"encoder_{k}"))
+        k += 1
+    return out
 
 
 def load_asset(path: str | Path) -> tuple[DualEncoder, dict]:
