@@ -284,3 +284,9 @@ def test_worst_cell_decides_every_cell_criteria():
                               pooled_risk=[0.15, 0.2, 0.11], risk_se=[0.01, 0.01, 0.01]))
     est, cell = paper.flagged_on_every_source(frame, 100)
     assert cell.startswith("t,") and est.point == pytest.approx(0.01)  # t is the least clearly flagged source
+
+
+def test_cells_with_few_accepting_draws_are_not_scored():
+    ratio, se, excess = paper.experiment.scored(0.3, 0.0, 1, 0.1)  # one accepting draw: SE 0 is meaningless
+    assert ratio == 0.3 and np.isnan(se) and np.isnan(excess)
+    assert paper.experiment.scored(0.12, 0.01, 50, 0.1) == pytest.approx((0.12, 0.01, 0.12 - 0.1 - 0.03))

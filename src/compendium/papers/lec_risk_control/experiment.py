@@ -19,6 +19,7 @@ PAC_METHODS = ("CP-Bonferroni", "LTT-FS")  # valid PAC by construction
 DATASETS = ("digits", "breast_cancer", "wine")
 UNIT_INSTANCES = 300  # random calibration sets for the rule's unit checks
 SWAP_INSTANCES = 200  # random sets of n + 1 points for the swap identity
+MIN_ACCEPTING = 10  # a cell whose rule accepts in fewer draws has no usable delta-method SE: not scored
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,15 @@ def sign_test(first, second) -> tuple[int, int, int, float]:
     return wins, losses, ties, p
 
 
+def scored(ratio: float, se: float, accepting: int, alpha: float) -> tuple[float, float, float]:
+    """``(pooled_risk, risk_se, excess)`` of a cell; SE and excess are NaN (not scored) when fewer than
+    :data:`MIN_ACCEPTING` draws accept anything: the pooled ratio is then the risk of a handful of
+    draws and its delta-method SE is meaningless (0 with a single accepting draw)."""
+    if accepting < MIN_ACCEPTING:
+        return ratio, float("nan"), float("nan")
+    return ratio, se, ratio - alpha - 3 * se
+
+
 def failing_cells(frame: pd.DataFrame) -> list[str]:
     """One line per row with ``excess > 0``: its n, alpha, pooled risk, overshoot and SE."""
     return [f"n={r.n}, alpha={r.alpha:g}: risk {r.pooled_risk:.4f} (alpha + {r.pooled_risk - r.alpha:.4f}, SE {r.risk_se:.4f})"
@@ -274,18 +284,18 @@ def run(config: Config) -> Result:
             cal_all = th.sort_calibration(np.concatenate([u, u_test], 1), np.concatenate([e, e_test], 1))
             for alpha in config.alphas:
                 accepted = (u_test[:, 0] <= th.lec_thresholds(cal_all, alpha, slack=0.0)).astype(float)
-                ratio, se = pooled_risk(accepted * e_test[:, 0], accepted)
+                ratio, se, excess = scored(*pooled_risk(accepted * e_test[:, 0], accepted), int(accepted.sum()), alpha)
                 oracle_rows.append(dict(source=source.name, n=n, alpha=alpha, pooled_risk=ratio, risk_se=se,
-                                        excess=ratio - alpha - 3 * se, retention=float(accepted.mean())))
+                                        excess=excess, retention=float(accepted.mean()), accepting=int(accepted.sum())))
             for alpha in config.alphas:
                 retention = {}
                 for method in METHODS:
                     err, acc, risk = _risk_per_split(source, _thresholds(cal, method, alpha, config, grid, counts))
-                    ratio, se = pooled_risk(err, acc)
+                    ratio, se, excess = scored(*pooled_risk(err, acc), int(np.sum(acc > 0)), alpha)
                     retention[method] = acc
                     cell_rows.append(dict(
                         source=source.name, kind=kind, n=n, alpha=alpha, method=method,
-                        pooled_risk=ratio, risk_se=se, excess=ratio - alpha - 3 * se,
+                        pooled_risk=ratio, risk_se=se, excess=excess, accepting=int(np.sum(acc > 0)),
                         retention=float(acc.mean()), pac_fraction=float(np.mean(risk <= alpha + 1e-12)),
                         none_accepted=float(np.mean(acc == 0))))
                 wins, losses, ties, p = sign_test(retention["LEC"], retention["CP-UCB"])
@@ -303,13 +313,13 @@ def run(config: Config) -> Result:
         for alpha in config.alphas:
             lam1, lam2 = th.route_thresholds(u1, e1, u2, e2, alpha, config.routing_grid_size)
             acc, err = routing.system_probabilities(lam1, lam2)
-            ratio, se = pooled_risk(err, acc)
+            ratio, se, excess = scored(*pooled_risk(err, acc), int(np.sum(acc > 0)), alpha)
             ret1 = routing.first.accept_probability(th.lec_thresholds(cal1, alpha))
             ret2 = routing.second.accept_probability(th.lec_thresholds(cal2, alpha))
             routing_lams[(n, alpha)] = (lam1, lam2)
             d_best = acc - (ret1 if ret1.mean() >= ret2.mean() else ret2)  # paired per draw
             routing_rows.append(dict(
-                n=n, alpha=alpha, pooled_risk=ratio, risk_se=se, excess=ratio - alpha - 3 * se,
+                n=n, alpha=alpha, pooled_risk=ratio, risk_se=se, excess=excess, accepting=int(np.sum(acc > 0)),
                 retention_system=float(acc.mean()), retention_first=float(ret1.mean()),
                 retention_second=float(ret2.mean()),
                 retention_gain=float(acc.mean() - max(ret1.mean(), ret2.mean())),

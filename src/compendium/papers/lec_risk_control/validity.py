@@ -110,8 +110,14 @@ def cell_labels(frame) -> list[str]:
     return out
 
 
+def _scored(frame):
+    """The cells with a usable SE (cells where almost no draw accepts are not scored: NaN SE)."""
+    return frame[np.isfinite(frame.risk_se.to_numpy(dtype=float))]
+
+
 def risk_estimate(frame, num_draws: int) -> tuple[Estimate, str]:
-    """Pooled risk minus alpha over the cells of ``frame`` (deciding cell for 'risk <= alpha everywhere')."""
+    """Pooled risk minus alpha over the scored cells of ``frame`` (deciding cell for 'risk <= alpha everywhere')."""
+    frame = _scored(frame)
     return worst_cell(frame.pooled_risk - frame.alpha, frame.risk_se, cell_labels(frame), bad_side="high",
                       num_draws=num_draws, what="pooled risk - alpha, delta-method SE")
 
@@ -119,7 +125,7 @@ def risk_estimate(frame, num_draws: int) -> tuple[Estimate, str]:
 def flagged_on_every_source(frame, num_draws: int) -> tuple[Estimate, str]:
     """For a rule that should be flagged: per source its most clearly exceeding cell, then the least clear source."""
     best = []
-    for name, g in frame.groupby("source", sort=False):
+    for name, g in _scored(frame).groupby("source", sort=False):
         i = int(np.argmax((g.pooled_risk - g.alpha - Z_CELL * g.risk_se).to_numpy()))
         best.append(g.iloc[i])
     import pandas as pd
