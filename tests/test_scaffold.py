@@ -32,3 +32,14 @@ def test_rendered_chapter_has_sections_parameters_and_config():
 def test_scaffold_refuses_to_overwrite():
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
         scaffold("continuized_hippo")
+
+
+def test_scaffolded_notebook_cites_the_scaffolded_bibliography_key():
+    import re
+
+    entry = load_registry().chapter("continuized_hippo")
+    files = render(entry)
+    bib = files[paths.BOOK / "references" / f"{entry.slug}.bib"]
+    key = re.search(r"@inproceedings\{([^,]+),", bib)[1]
+    assert f"{{cite:t}}`{key}`" in files[entry.notebook]
+    assert "seed file" not in files[entry.notebook]

@@ -30,7 +30,7 @@ kernelspec:
 
 :::{{admonition}} Paper and code
 :class: note
-ICML 2026, seed file `{seed_file}`, abstract {abstract}. Library module:
+The paper: {{cite:t}}`{slug}2026` (ICML 2026). Library module:
 `src/compendium/papers/{slug}.py`; tests: `tests/papers/test_{slug}.py`.
 :::
 
@@ -171,6 +171,17 @@ def test_tiny_run_is_deterministic():
 '''
 
 
+BIB = """% The paper of chapter {slug}: fill in the authors and a public link where there is one.
+@inproceedings{{{slug}2026,
+  title     = {{{title}}},
+  author    = {{Anonymous}},
+  booktitle = {{Proceedings of the International Conference on Machine Learning (ICML)}},
+  year      = {{2026}},
+  note      = {{Registry: seed file {seed_file}, abstract {abstract}}}
+}}
+"""
+
+
 def render(entry: ChapterEntry) -> dict[Path, str]:
     """The three files for ``entry`` (paths → text)."""
     knobs = "\n".join(f"{name} = {entry.default_value(name, 'smoke')!r}" for name in entry.parameters)
@@ -195,6 +206,7 @@ def render(entry: ChapterEntry) -> dict[Path, str]:
         entry.notebook: NOTEBOOK.format(**fmt),
         paths.module_path(entry.slug): MODULE.format(**fmt),
         paths.test_path(entry.slug): TEST.format(**fmt),
+        paths.BOOK / "references" / f"{entry.slug}.bib": BIB.format(**fmt),
     }
 
 
