@@ -11,16 +11,24 @@ The builder is called as ``builder(out_dir: Path, scale: str, seed: int)`` and w
 into ``out_dir`` (``results/<scale>/assets/<name>/``); it must be deterministic for a given scale
 and seed. Snakemake's ``asset`` rule runs it before any chapter that lists the asset; a notebook
 finds it with :func:`asset_dir`.
+
+Beside the builder's files the runner writes ``metrics.json``: the training metrics (what the
+builder returns as a dict, else the ``metrics`` of its ``metadata.json``) and the environment
+that trained it (exact Python, numpy and torch versions, torch threads, CPU model and instruction
+set). A builder that writes its own ``metrics.json`` keeps it; ``training`` is then its content and
+only ``environment`` is added.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
 from . import paths
+from .provenance import environment_record
 
 
 class AssetMissing(FileNotFoundError):
@@ -54,8 +62,37 @@ def build_asset(name: str, spec: str, out_dir: str | Path, scale: str, seed: int
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out_dir.parent) as tmp:
         work = Path(tmp) / name
         work.mkdir()
-        builder(work, scale, seed)
+        result = builder(work, scale, seed)
+        write_metrics(work, result)
         (work / ".complete").write_text(f"{name} {scale} {seed}\n")
         shutil.rmtree(out_dir, ignore_errors=True)
         work.rename(out_dir)
     return out_dir
+
+
+def training_metrics(work: Path, result) -> dict:
+    """What the builder reported: its return value if a dict, else ``metadata.json``'s metrics."""
+    if isinstance(result, dict):
+        return result
+    meta_path = work / "metadata.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if isinstance(meta, dict) and "metrics" in meta:
+            return meta["metrics"]
+        if isinstance(meta, dict):  # keep the small entries (settings, losses), not index lists
+            return {k: v for k, v in meta.items() if len(json.dumps(v, default=str)) <= 2000}
+    return {}
+
+
+def write_metrics(work: Path, result=None) -> Path:
+    """``metrics.json``: training metrics and the exact environment (deterministic per machine)."""
+    path = work / "metrics.json"
+    if path.is_file():  # the builder's own metrics file: add the environment beside its keys
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict):
+            record = {"training": record}
+    else:
+        record = {"training": training_metrics(work, result)}
+    record["environment"] = environment_record()
+    path.write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    return path

@@ -38,10 +38,12 @@ class BookBuildFailed(RuntimeError):
 @dataclass
 class ChapterState:
     entry: ChapterEntry
-    state: str  # finished | failed | not_run | planned
+    state: str  # finished | failed | failed_last_good | not_run | planned
     claims: list = field(default_factory=list)
     failure: dict | None = None
     benchmark: dict | None = None
+    stale: list = field(default_factory=list)  # what changed since the shown claims were computed
+    last_good: list = field(default_factory=list)  # claims of the last good run (failed_last_good)
 
     def counts(self) -> dict[str, int]:
         out = {v: 0 for v in VERDICTS}
@@ -79,7 +81,8 @@ def read_failure(path: Path, slug: str, scale: str) -> dict:
     return {"chapter": slug, "scale": scale, "error": "unreadable failure record", "message": f"{path.name}: {problem}"}
 
 
-def chapter_states(registry: Registry, scale: str) -> list[ChapterState]:
+def chapter_states(registry: Registry, scale: str, parameters: dict | None = None) -> list[ChapterState]:
+    """Each chapter's state; ``parameters`` (slug -> effective values) decides staleness."""
     root = paths.results_root() / scale
     states = []
     for entry in registry.chapters:
@@ -93,12 +96,107 @@ def chapter_states(registry: Registry, scale: str) -> list[ChapterState]:
         notebook = out / f"{entry.slug}.ipynb"
         if failed.is_file():
             states.append(ChapterState(entry, "failed", failure=read_failure(failed, entry.slug, scale), benchmark=bench))
+            _attach_last_good(states[-1], out)
         elif claims.is_file() and notebook.is_file():
             data = json.loads(claims.read_text(encoding="utf-8"))
             states.append(ChapterState(entry, "finished", claims=data["claims"], benchmark=bench))
         else:
             states.append(ChapterState(entry, "not_run"))
+    _mark_stale(states, registry, scale, parameters)
     return states
+
+
+# ---------------------------------------------------------------------------- provenance display
+def _attach_last_good(st: ChapterState, out: Path) -> None:
+    """A failed chapter with a kept good result becomes ``failed_last_good``."""
+    from .provenance import LAST_GOOD
+
+    good = out / LAST_GOOD
+    if (good / "claims.json").is_file() and (good / f"{st.entry.slug}.ipynb").is_file():
+        st.state = "failed_last_good"
+        st.last_good = json.loads((good / "claims.json").read_text(encoding="utf-8"))["claims"]
+
+
+def _mark_stale(states: list[ChapterState], registry: Registry, scale: str, parameters: dict | None) -> None:
+    """Fill ``stale`` with what changed since the shown claims were computed (provenance hashes)."""
+    from .provenance import chapter_status
+
+    shown = [st for st in states if st.state in ("finished", "failed_last_good")]
+    if not shown:
+        return
+    if parameters is None:
+        parameters = registry.resolve_all(scale, {})
+    for st in shown:
+        st.stale = chapter_status(st.entry, scale, parameters[st.entry.slug]).reasons
+
+
+def stale_badge(st: ChapterState) -> str:
+    if not st.stale:
+        return ""
+    why = escape("; ".join(st.stale), quote=True)
+    return f' <span class="verdict verdict-stale" title="{why}">stale</span>'
+
+
+def provenance_section(states: list[ChapterState]) -> list[str]:
+    """Dashboard lines: current / stale / failed-with-last-good / failed-without-result counts."""
+    ready = [st for st in states if st.state != "planned"]
+    n = {
+        "current": sum(st.state == "finished" and not st.stale for st in ready),
+        "stale": sum(st.state == "finished" and bool(st.stale) for st in ready),
+        "last_good": sum(st.state == "failed_last_good" for st in ready),
+        "no_result": sum(st.state == "failed" for st in ready),
+    }
+    lines = ["", "## Provenance", "",
+             "Each chapter's `provenance.json` records the content hashes of what produced its claims "
+             "(notebook, imported library files, parameters, assets, data manifest, lock file); claims "
+             "whose inputs changed since they were computed are marked stale (`compendium status` "
+             "lists the same).", "",
+             "| | count |", "|---|---|",
+             f"| chapters current | {n['current']} |",
+             f"| chapters stale (inputs changed since their claims were computed) | {n['stale']} |",
+             f"| chapters failed, showing last good result | {n['last_good']} |",
+             f"| chapters failed, no result | {n['no_result']} |"]
+    stale = [st for st in ready if st.stale]
+    if stale:
+        lines += ["", "Stale chapters:", ""]
+        lines += [f"- {_chapter_link(st)}: {escape('; '.join(st.stale))}" for st in stale]
+    kept = [st for st in ready if st.state == "failed_last_good"]
+    if kept:
+        lines += ["", "### Last good claims of chapters whose rerun failed", "",
+                  "| chapter | claim | measured | criterion | verdict |", "|---|---|---|---|---|"]
+        for st in kept:
+            for c in st.last_good:
+                lines.append(f"| {_chapter_link(st)} | `{c['id']}` | {_num(c['measured'])} | "
+                             f"{escape(c['criterion'] or '')} | {verdict_badge(c['verdict'])}{stale_badge(st)} |")
+    return lines
+
+
+def annotate_notebook(raw: bytes, st: ChapterState) -> bytes:
+    """The staged notebook with a last-good / stale admonition after its title cell."""
+    if not st.stale and st.state != "failed_last_good":
+        return raw
+    from .execute import describe_failure
+
+    lines = []
+    if st.state == "failed_last_good":
+        rec = st.failure or {}
+        lines += [":::{error}",
+                  f"The last rerun of this chapter failed: {escape(describe_failure(rec))}.",
+                  "What follows is the **last good result** (kept in "
+                  f"`results/<scale>/{st.entry.slug}/last_good/`); its claims are stale and not counted.",
+                  ":::"]
+        if rec.get("traceback"):
+            lines += ["", "```text", rec["traceback"], "```"]
+    if st.stale:
+        lines += ["", ":::{warning}", "Stale: the inputs of these claims changed since they were computed:", ""]
+        lines += [f"- {escape(item)}" for item in st.stale]
+        lines += ["", "Rerun the chapter (`compendium build`) to bring them up to date.", ":::"]
+    nb = json.loads(raw)
+    cell = {"cell_type": "markdown", "id": "compendium-provenance", "metadata": {},
+            "source": "\n".join(lines).strip() + "\n"}
+    first = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), -1)
+    nb["cells"].insert(first + 1, cell)
+    return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def claims_frame(registry: Registry, scale: str):
@@ -109,7 +207,8 @@ def claims_frame(registry: Registry, scale: str):
     for st in chapter_states(registry, scale):
         base = {"part": st.entry.part, "chapter": st.entry.slug, "title": st.entry.title, "chapter_state": st.state}
         if not st.claims:
-            verdict = {"failed": "failed_to_run", "planned": "planned", "not_run": "not_run"}[st.state]
+            verdict = {"failed": "failed_to_run", "failed_last_good": "failed_to_run", "planned": "planned",
+                       "not_run": "not_run"}[st.state]
             rows.append({**base, "claim": "", "kind": "", "statement": "", "criterion": "",
                          "measured": "", "paper_value": "", "verdict": verdict})
         for c in st.claims:
@@ -148,7 +247,8 @@ def _state_badge(st: ChapterState) -> str:
     if st.state == "finished":
         counts = st.counts()
         return verdict_badge("pass") if counts["fail"] == 0 else verdict_badge("fail")
-    return verdict_badge({"failed": "failed_to_run", "planned": "planned", "not_run": "not_run"}[st.state])
+    return verdict_badge({"failed": "failed_to_run", "failed_last_good": "failed_to_run", "planned": "planned",
+                          "not_run": "not_run"}[st.state]) + stale_badge(st)
 
 
 def toc(registry: Registry) -> dict:
@@ -211,7 +311,7 @@ def dashboard_page(states: list[ChapterState], scale: str) -> str:
         c = st.counts()
         lines.append(f"| {_chapter_link(st)} | {st.entry.part} | {_state_badge(st)} | "
                      f"{c['pass']} | {c['fail']} | {c['not_checkable']} |")
-    failed = [st for st in states if st.state == "failed"]
+    failed = [st for st in states if st.state in ("failed", "failed_last_good")]
     if failed:
         lines += ["", "## Chapters that failed to run", ""]
         for st in failed:
@@ -227,8 +327,10 @@ def dashboard_page(states: list[ChapterState], scale: str) -> str:
             lines.append(
                 f"| {_chapter_link(st)} | `{c['id']}`: {statement} | {c['kind']}"
                 f"{' (wall-clock)' if c.get('volatile') else ''} | {_num(c['measured'])} | "
-                f"{escape(c['criterion'] or '')} | {_num(c['paper_value'])} | {verdict_badge(c['verdict'])} |"
+                f"{escape(c['criterion'] or '')} | {_num(c['paper_value'])} | {verdict_badge(c['verdict'])}"
+                f"{stale_badge(st)} |"
             )
+    lines += provenance_section(states)
     return "\n".join(lines) + "\n"
 
 
@@ -372,10 +474,13 @@ def not_run_page(st: ChapterState) -> str:
 
 
 # ---------------------------------------------------------------------------- staging and build
-def stage_book(registry: Registry, scale: str, profile: str = "local") -> Path:
-    """Write the book's sources for ``scale`` into ``results/<scale>/book/src``; return that path."""
+def stage_book(registry: Registry, scale: str, profile: str = "local", parameters: dict | None = None) -> Path:
+    """Write the book's sources for ``scale`` into ``results/<scale>/book/src``; return that path.
+
+    ``parameters`` (slug -> effective values of this run) decides which claims are stale.
+    """
     src = paths.results_root() / scale / "book" / "src"
-    states = chapter_states(registry, scale)
+    states = chapter_states(registry, scale, parameters)
     wanted: set[Path] = set()
 
     def put(rel: str, content: str | bytes) -> None:
@@ -400,7 +505,13 @@ def stage_book(registry: Registry, scale: str, profile: str = "local") -> Path:
     for st in states:
         if st.state == "finished":
             executed = paths.results_root() / scale / st.entry.slug / f"{st.entry.slug}.ipynb"
-            put(f"chapters/{st.entry.slug}.ipynb", chapter_view(executed, st.entry, scale))  # bookview: as a reader sees it
+            put(f"chapters/{st.entry.slug}.ipynb",  # bookview: as a reader sees it; marked if stale
+                annotate_notebook(chapter_view(executed, st.entry, scale), st))
+        elif st.state == "failed_last_good":  # the kept result, marked stale, with the failure on top
+            from .provenance import LAST_GOOD
+
+            kept = paths.results_root() / scale / st.entry.slug / LAST_GOOD / f"{st.entry.slug}.ipynb"
+            put(f"chapters/{st.entry.slug}.ipynb", annotate_notebook(chapter_view(kept, st.entry, scale), st))
         elif st.state == "failed":
             put(f"chapters/{st.entry.slug}.md", failed_page(st))
         elif st.state == "not_run":
@@ -436,9 +547,10 @@ def dedupe_inline_scripts(html_dir: Path) -> int:
     return fixed
 
 
-def build_book(registry: Registry, scale: str, profile: str = "local", log=None) -> Path:
+def build_book(registry: Registry, scale: str, profile: str = "local", log=None,
+               parameters: dict | None = None) -> Path:
     """Stage and build the HTML book; return the path of ``index.html``."""
-    src = stage_book(registry, scale, profile)
+    src = stage_book(registry, scale, profile, parameters)
     out = src.parent
     cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(src), "--path-output", str(out),
            "--builder", "html", "-W", "-n", "--keep-going"]

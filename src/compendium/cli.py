@@ -6,6 +6,7 @@
     compendium execute SLUG [--scale S] [--set KEY=VALUE ...]
     compendium asset NAME [--scale S]
     compendium verdicts [--scale S]
+    compendium status   [--scale S]
     compendium new SLUG
     compendium data verify
     compendium kernel
@@ -150,7 +151,8 @@ def _snakemake_cmd(args, plan: Plan, config_file: Path, partial: bool = False) -
         targets += [plan.claims_csv(), plan.book_index()]
     if partial:
         targets = [plan.claims_csv(), plan.book_index()]
-    cmd = [sys.executable, "-m", "snakemake", *targets,
+    # compendium.snakemake_launch is `python -m snakemake` that loads the SLURM plugin only when used
+    cmd = [sys.executable, "-m", "compendium.snakemake_launch", *targets,
            "--snakefile", str(paths.WORKFLOW / "Snakefile"),
            "--directory", str(paths.ROOT),
            "--profile", str(_profile_dir(args.profile)),
@@ -260,7 +262,7 @@ def cmd_build(args) -> int:
         config_file = _run_config(args, plan, partial=False)
         try:
             cmd = _snakemake_cmd(args, plan, config_file)
-            print("+ " + " ".join(cmd[2:]), flush=True)
+            print("+ snakemake " + " ".join(cmd[3:]), flush=True)
             rc = _call(cmd)
             if rc != 0 and args.keep_going and not args.dry_run:
                 print("\ncompendium: some jobs failed; building the book from the chapters that finished "
@@ -299,7 +301,7 @@ def cmd_execute(args) -> int:
                 output_notebook=paths.ROOT / outputs["notebook"], claims=paths.ROOT / outputs["claims"],
                 params_file=paths.ROOT / outputs["params"],
                 figures=paths.ROOT / plan.out(args.slug, "figures"), timeout_s=plan.timeout_s(),
-                threads=entry.threads,
+                threads=entry.threads, assets=list(entry.assets),
             )
         except ChapterFailed as err:
             print(f"compendium: {err}", file=sys.stderr)
@@ -346,6 +348,16 @@ def current_verdicts(plan: Plan) -> dict:
             data = json.loads(claims.read_text(encoding="utf-8"))
             out[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"] if not c.get("volatile")}
     return out
+
+
+def cmd_status(args) -> int:
+    """List each ready chapter as current, stale (naming what changed) or missing; runs nothing."""
+    from .provenance import status_report
+
+    plan = _plan(args)
+    for st in status_report(plan):
+        print(st.line())
+    return 0
 
 
 def cmd_verdicts(args) -> int:
@@ -416,6 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("name")
     p.set_defaults(func=cmd_asset)
+
+    p = sub.add_parser("status", help="each chapter: current, stale (and what changed) or missing; runs nothing")
+    common(p)
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("verdicts", help="print the last run's verdicts as expected_verdicts.yaml entries")
     common(p)

@@ -8,7 +8,10 @@ outputs are checked before they count as finished:
 * ``claims.json`` must exist, validate against the schema and name this chapter, scale and seed;
 * on a failing cell, ``FAILED.json`` (cell, error, traceback tail) and ``failed.ipynb`` are left
   beside the outputs for the dashboard and for debugging, and a :class:`ChapterFailed` is raised
-  whose message names the cell and the error.
+  whose message names the cell and the error;
+* on success ``provenance.json`` (content hashes of the inputs, taken before the run) is written
+  beside ``claims.json`` and every output is copied to ``last_good/``, which Snakemake does not
+  know about and so never deletes: a failed rerun leaves the last good result for the book.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import jsonschema
 import yaml
 
 from . import paths
+from .provenance import LAST_GOOD, chapter_fingerprint, write_provenance
 
 
 class ChapterFailed(RuntimeError):
@@ -42,7 +46,7 @@ def kernel_environment(output_dir: Path, threads: int) -> dict[str, str]:
         "PYTHONHASHSEED": "0",
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     }
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         env[var] = str(threads)
     return env
 
@@ -121,6 +125,7 @@ def execute_chapter(
     figures: str | Path,
     timeout_s: int,
     threads: int = 1,
+    assets=(),
     log=None,
 ) -> dict:
     """Run the chapter; return its claims. Raise :class:`ChapterFailed` with the cell's error."""
@@ -131,7 +136,9 @@ def execute_chapter(
     output_notebook, claims, params_file, figures = map(Path, (output_notebook, claims, params_file, figures))
     out_dir = claims.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (claims, out_dir / "FAILED.json", out_dir / "failed.ipynb"):
+    # hashes of what this run reads, taken before it starts (an edit during the run makes it stale)
+    fingerprint = chapter_fingerprint(Path(notebook), parameters, scale, list(assets))
+    for stale in (claims, out_dir / "FAILED.json", out_dir / "failed.ipynb", out_dir / "provenance.json"):
         stale.unlink(missing_ok=True)
     shutil.rmtree(figures, ignore_errors=True)
 
@@ -195,4 +202,24 @@ def execute_chapter(
             yaml.safe_dump({"chapter": slug, "scale": scale, "parameters": parameters}, sort_keys=True)
         )
         shutil.move(str(dst), output_notebook)
+        write_provenance(out_dir, fingerprint)
+        keep_last_good(out_dir, [output_notebook, claims, params_file, figures, out_dir / "provenance.json"])
     return data
+
+
+def keep_last_good(out_dir: Path, outputs: list[Path]) -> Path:
+    """Copy a successful run's outputs to ``out_dir/last_good`` (replacing the previous copy whole)."""
+    target = out_dir / LAST_GOOD
+    tmp = Path(tempfile.mkdtemp(prefix=f".{LAST_GOOD}-", dir=out_dir))
+    for path in outputs:
+        if path.is_dir():
+            shutil.copytree(path, tmp / path.name)
+        elif path.is_file():
+            shutil.copy2(path, tmp / path.name)
+    old = out_dir / f".{LAST_GOOD}-old"
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import paths
+from .provenance import DATA_MANIFEST, builder_sources, notebook_sources, optional_inputs
 from .registry import DEVICES, Registry, RegistryError, load_registry
 
 CONFIG_KEYS = {"scale", "registry", "overrides", "device", "partial", "profile"}
@@ -24,22 +25,13 @@ def results_dir(scale: str) -> str:
     return f"results/{scale}"
 
 
-# Modules of the machinery around the chapters: a change to them does not change any result.
-INFRASTRUCTURE = {"book.py", "cli.py", "scaffold.py", "workflow.py", "registry.py", "execute.py"}
+def rule_extra_inputs() -> list[str]:
+    """Inputs of every chapter and asset besides its code: the data manifest, where it exists.
 
-
-def shared_modules() -> list[str]:
-    """Shared library files every chapter's results depend on (a change reruns the chapters)."""
-    pkg = paths.ROOT / "src" / "compendium"
-    return sorted(str(p.relative_to(paths.ROOT)) for p in pkg.glob("*.py") if p.name not in INFRASTRUCTURE)
-
-
-def paper_sources(slug: str) -> list[str]:
-    """The paper's module, or every file of its package."""
-    single = paths.module_path(slug)
-    package = single.with_suffix("")
-    files = [single] if single.is_file() else sorted(package.rglob("*.py"))
-    return [str(p.relative_to(paths.ROOT)) for p in files]
+    The lock file is recorded in provenance (``compendium status`` reports a change) but is not a
+    Snakemake input: reinstalling rewrites it, and Snakemake would then rerun everything on mtime.
+    """
+    return [p for p in optional_inputs() if p == DATA_MANIFEST]
 
 
 @dataclass(frozen=True)
@@ -99,20 +91,21 @@ class Plan:
         entry = self.registry.chapter(slug)
         return {
             "notebook": str(entry.notebook.relative_to(paths.ROOT)),
-            "sources": paper_sources(slug) + shared_modules(),
+            "sources": notebook_sources(entry.notebook) + rule_extra_inputs(),
             "kernel": "kernels/compendium/kernel.json",
         }
 
     def asset_sources(self, name: str) -> list[str]:
-        """The builder's module (and the shared library): a change rebuilds the asset."""
-        module = self.registry.assets[name]["builder"].split(":")[0]
-        slug = module.rsplit(".", 1)[-1]
-        own = paper_sources(slug) if module.startswith("compendium.papers.") else []
-        return own + shared_modules()
+        """The library files the builder imports: a change to one of them rebuilds the asset."""
+        return builder_sources(self.registry.assets[name]["builder"]) + rule_extra_inputs()
 
     def params_json(self, slug: str) -> str:
         """Resolved parameters as canonical JSON: Snakemake reruns a chapter when they change."""
         return json.dumps(self.params[slug], sort_keys=True)
+
+    def all_params_json(self) -> str:
+        """Every chapter's effective parameters: the book marks claims computed with others stale."""
+        return json.dumps(self.params, sort_keys=True)
 
     def finished(self, slug: str) -> bool:
         return all((paths.ROOT / p).is_file() for p in self.chapter_outputs(slug).values())

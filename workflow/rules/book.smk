@@ -25,6 +25,7 @@ rule book:
     params:
         profile=PLAN.profile,
         partial=PLAN.partial,
+        values=PLAN.all_params_json(),
     log:
         "results/{scale}/logs/book.log",
     benchmark:

@@ -1,6 +1,8 @@
 # One generic rule executes any chapter notebook with Papermill, under the project kernel, with the
-# parameters of the scale plus command-line overrides. A change of notebook, library module,
-# parameters or rule code reruns the chapter; nothing else does.
+# parameters of the scale plus command-line overrides. A change of notebook, of a library file the
+# notebook imports (compendium.provenance reads the imports statically, transitively), of the
+# parameters, assets, data manifest or rule code reruns the chapter; nothing else does. An asset
+# reruns only when a file its builder imports changes.
 
 
 wildcard_constraints:

@@ -1,5 +1,6 @@
 """Snakemake script for `book`: stage the book sources from the registry and results, then build."""
 
+import json
 import sys
 
 from compendium.book import BookBuildFailed, build_book
@@ -8,7 +9,8 @@ from compendium.registry import load_registry
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with open(sm.log[0], "w", encoding="utf-8") as log:
     try:
-        build_book(load_registry(sm.input.registry), sm.wildcards.scale, profile=sm.params.profile, log=log)
+        build_book(load_registry(sm.input.registry), sm.wildcards.scale, profile=sm.params.profile, log=log,
+                   parameters=json.loads(sm.params.values))
     except BookBuildFailed as err:
         print(f"\nERROR {err}\n  see {sm.log[0]}\n", file=sys.stderr)
         sys.exit(1)

@@ -2,10 +2,12 @@
 
 import json
 import sys
+from pathlib import Path
 
 from compendium.execute import ChapterFailed, execute_chapter
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
+assets = [sm.input.assets] if isinstance(sm.input.assets, str) else list(sm.input.assets)
 
 with open(sm.log[0], "w", encoding="utf-8") as log:
     try:
@@ -20,6 +22,7 @@ with open(sm.log[0], "w", encoding="utf-8") as log:
             figures=sm.output.figures,
             timeout_s=sm.params.timeout_s,
             threads=sm.threads,
+            assets=[Path(a).name for a in assets],
             log=log,
         )
     except ChapterFailed as err:

@@ -1,0 +1,148 @@
+"""Parallel speed-up of the chapter jobs: force every chapter with ``--cores 1``, then ``--cores 2``.
+
+Runs in a throw-away copy of the project (the repository's results/ are not touched): one cold
+build (assets and chapters), then the forced reruns of every ready chapter (each also rebuilds the
+claims table and the book; assets are not rerun). Prints a Markdown report with the ratio and what
+bounds it, and writes ``results/benchmarks/parallel_speedup.json`` in the repository:
+
+* the ideal 2-core time from the per-chapter times of the 1-core run (``benchmark:`` files):
+  the longest chapter, or half of their sum, whichever is larger, plus the serial book step;
+* the per-chapter start-up of Papermill and the project kernel (an empty notebook, timed);
+* the chapters that declare ``threads: 2`` (they hold both cores alone under ``--cores 2``);
+* the threads torch and BLAS see inside a chapter kernel (execute.py sets OMP/MKL/OPENBLAS to the
+  rule's threads; torch's intra-op pool follows OMP_NUM_THREADS);
+* the load average before and after (other work on the machine makes the ratio a lower bound).
+
+    python benchmarks/parallel_speedup.py [--scale smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from conftest import make_project, project_env  # noqa: E402
+
+from compendium import paths  # noqa: E402
+from compendium.registry import load_registry  # noqa: E402
+
+
+def run(root: Path, *args: str) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "compendium.cli", *args], cwd=root, env=project_env(root),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def bench_seconds(root: Path, scale: str, name: str) -> float | None:
+    path = root / "results" / scale / "benchmarks" / f"{name}.tsv"
+    if not path.is_file():
+        return None
+    rows = list(csv.DictReader(path.open(encoding="utf-8"), delimiter="\t"))
+    return float(rows[-1]["s"]) if rows else None
+
+
+def kernel_probe(root: Path) -> dict:
+    """Papermill + kernel start-up for an empty notebook, and the threads a 1-thread kernel sees."""
+    import nbformat
+    import papermill
+
+    from compendium.execute import kernel_environment
+
+    code = ("import json, os, torch, numpy\n"
+            "info = {'torch_threads': torch.get_num_threads(), 'OMP_NUM_THREADS': os.environ.get('OMP_NUM_THREADS')}\n"
+            "try:\n    from threadpoolctl import threadpool_info\n"
+            "    info['blas'] = [(p['internal_api'], p['num_threads']) for p in threadpool_info()]\n"
+            "except ImportError:\n    pass\nprint(json.dumps(info))")
+    env_before = dict(os.environ)
+    os.environ.update(kernel_environment(root / "probe", 1))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            empty, probe = nbformat.v4.new_notebook(), nbformat.v4.new_notebook()
+            empty.cells = [nbformat.v4.new_code_cell("1")]
+            probe.cells = [nbformat.v4.new_code_cell(code)]
+            for nb, name in ((empty, "empty"), (probe, "probe")):
+                nb.metadata["kernelspec"] = {"name": paths.KERNEL_NAME, "display_name": "compendium", "language": "python"}
+                nbformat.write(nb, f"{tmp}/{name}.ipynb")
+            start = time.perf_counter()
+            papermill.execute_notebook(f"{tmp}/empty.ipynb", f"{tmp}/empty.out.ipynb", kernel_name=paths.KERNEL_NAME,
+                                       progress_bar=False, cwd=str(root))
+            startup = time.perf_counter() - start
+            papermill.execute_notebook(f"{tmp}/probe.ipynb", f"{tmp}/probe.out.ipynb", kernel_name=paths.KERNEL_NAME,
+                                       progress_bar=False, cwd=str(root))
+            out = nbformat.read(f"{tmp}/probe.out.ipynb", as_version=4).cells[0].outputs
+            threads = json.loads("".join(o.get("text", "") for o in out if o.get("name") == "stdout"))
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    return {"startup_s": round(startup, 2), **threads}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", default="smoke")
+    args = parser.parse_args()
+    registry = load_registry(paths.REGISTRY)
+    slugs = [c.slug for c in registry.ready]
+    two_thread = [c.slug for c in registry.ready if c.threads > 1]
+    load = {"before": os.getloadavg()}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = make_project(Path(tmp) / "project", fixture=False)
+        if (paths.ROOT / "data").is_dir() and not (root / "data").exists():
+            shutil.copytree(paths.ROOT / "data", root / "data")
+        figures = {"cold build (--cores 2)": run(root, "build", "--scale", args.scale, "--cores", "2")}
+        per_chapter = {}
+        for cores in (1, 2):
+            figures[f"forced chapters, --cores {cores}"] = run(
+                root, "build", "--scale", args.scale, "--cores", str(cores), "--force", *slugs)
+            per_chapter[cores] = {s: bench_seconds(root, args.scale, s) for s in slugs}
+            per_chapter[cores]["(book)"] = bench_seconds(root, args.scale, "book")
+        probe = kernel_probe(root)
+    load["after"] = os.getloadavg()
+    t1, t2 = figures["forced chapters, --cores 1"], figures["forced chapters, --cores 2"]
+    chapters1 = {s: v for s, v in per_chapter[1].items() if s != "(book)" and v}
+    book = per_chapter[1]["(book)"] or 0.0
+    ideal2 = max(max(chapters1.values()), sum(chapters1.values()) / 2) + book
+    report = {
+        "figures_s": {k: round(v, 1) for k, v in figures.items()},
+        "speedup": round(t1 / t2, 2),
+        "ideal_2core_s": round(ideal2, 1),
+        "ideal_speedup": round(t1 / ideal2, 2),
+        "book_s": book,
+        "longest_chapter": max(chapters1, key=chapters1.get),
+        "chapter_s": per_chapter,
+        "threads_2_chapters": two_thread,
+        "kernel": probe,
+        "load_average": load,
+        "cores": os.cpu_count(),
+    }
+    print(f"| measurement | seconds |\n|---|---|")
+    for name, seconds in figures.items():
+        print(f"| {name} | {seconds:.1f} |")
+    print(f"\nspeed-up --cores 2 / --cores 1: {report['speedup']}x; ideal from the 1-core chapter times: "
+          f"{report['ideal_speedup']}x (longest chapter {report['longest_chapter']} "
+          f"{chapters1[report['longest_chapter']]:.1f} s, book {book:.1f} s, kernel start-up {probe['startup_s']} s "
+          f"per chapter); threads: 2 in {', '.join(two_thread) or 'none'}; in a 1-thread kernel torch uses "
+          f"{probe.get('torch_threads')} thread(s); load average before {load['before']}, after {load['after']}")
+    print("\n| chapter | --cores 1 (s) | --cores 2 (s) |\n|---|---|---|")
+    for s in [*slugs, "(book)"]:
+        a, b = per_chapter[1].get(s), per_chapter[2].get(s)
+        print(f"| {s} | {a or 0:.1f} | {b or 0:.1f} |")
+    out = paths.ROOT / "results" / "benchmarks" / "parallel_speedup.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
