@@ -333,7 +333,10 @@ def check_plot_code_folded(driver, expect_fold: bool) -> list[str]:
     driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click();", summary)
     import time
 
-    time.sleep(0.3)
+    for _ in range(30):  # a loaded machine can take a moment to lay the opened cell out
+        time.sleep(0.1)
+        if any(el.is_displayed() for el in fold.find_elements(By.CSS_SELECTOR, "pre")):
+            break
     if not any(el.is_displayed() for el in fold.find_elements(By.CSS_SELECTOR, "pre")):
         problems.append("folded code stays hidden after its toggle is clicked")
     elif not re.search(r"plt\.|sns\.|\.figure\(|ax", fold.get_attribute("textContent") or ""):
