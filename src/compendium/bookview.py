@@ -101,9 +101,9 @@ def effective_parameters_source(notebook_values: dict, effective: dict, origins:
         rows.append((f"{name} = {_literal(value)}", note))
     width = max((len(code) for code, _ in rows), default=0)
     overridden = sum("--set" in note for _, note in rows)
-    head = (f"# The parameters this chapter ran with at the {scale} scale "
-            f"({overridden} overridden with --set); the notebook's own values follow 'notebook:'.")
-    return "\n".join([head] + [f"{code:<{width}}  # {note}" for code, note in rows])
+    head = [f"# The values this chapter ran with ({scale} scale; {overridden} set with --set).",
+            "# Where a value differs from the notebook's own, that one follows 'notebook:'."]
+    return "\n".join(head + [f"{code:<{width}}  # {note}" for code, note in rows])
 
 
 def show_parameters_once(nb: dict, entry: ChapterEntry, scale: str, params_file: Path | None) -> None:
