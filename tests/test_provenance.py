@@ -261,3 +261,20 @@ def test_failed_rerun_keeps_the_last_good_result(prov_project):
     assert _status(root)["demo_mean"].startswith("current")
     chapter = _html(root, "chapters/demo_mean.html")
     assert "last good result" not in chapter and "Stale:" not in chapter
+
+
+def test_asset_metrics_record_training_and_environment(tmp_path):
+    from compendium.assets import write_metrics
+
+    (tmp_path / "metadata.json").write_text(json.dumps({"metrics": {"final_loss": 0.25}, "test_indices": [1, 2]}))
+    record = json.loads(write_metrics(tmp_path).read_text())
+    assert record["training"] == {"final_loss": 0.25}
+    env = record["environment"]
+    assert {"python", "numpy", "torch"} <= set(env["versions"]) and env["machine"]["cpu"]
+    assert isinstance(env["machine"]["instruction_set"], list) and env["torch"]["intra_op_threads"] >= 1
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "metrics.json").write_text(json.dumps({"losses": {"0": [1.0, 0.5]}}))  # a builder's own file is kept
+    record = json.loads(write_metrics(own, result=None).read_text())
+    assert record["losses"] == {"0": [1.0, 0.5]} and "environment" in record
+    assert json.loads(write_metrics(tmp_path / "own", result={"x": 1}).read_text())["losses"]
