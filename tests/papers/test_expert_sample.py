@@ -3,6 +3,8 @@
 from fractions import Fraction
 from itertools import combinations
 
+
+
 import numpy as np
 import pytest
 import torch
@@ -84,8 +86,10 @@ def test_best_of_n_majority_and_helpers():
     assert paper.best_of_n(answers, scores).tolist() == [7, 1]
     assert paper.majority_vote(answers).tolist() == [5, 1]
     assert paper.distinct_rate(answers) == pytest.approx((3 + 4) / 2 / 4)
-    gaps = paper.frontier_gap([(1.5, 3.0), (9.0, 0.0)], [(1.0, 1.0), (2.0, 2.0)])
-    assert gaps == [pytest.approx(1.5)]
+    assert paper.bracket(1.5, [1.0, 2.0, 3.0]) == (0, 1) and paper.bracket(2.5, [3.0, 2.0, 1.0]) == (0, 1)
+    assert paper.bracket(9.0, [1.0, 2.0]) is None
+    assert paper.line_gap(1.5, 3.0, (1.0, 1.0), (2.0, 2.0)) == pytest.approx(1.5)
+    assert paper.neighbour_gap(3.0, (1.0, 1.0), (2.0, 2.5)) == pytest.approx(0.5)
 
 
 def test_exact_checks():
@@ -97,7 +101,8 @@ def test_exact_checks():
 
 
 @pytest.mark.parametrize("bad", [dict(samples_per_problem=8), dict(token_temperature=0.0), dict(routing_temperatures=()),
-                                 dict(perturbation_scale=2.0), dict(test_problems=5), dict(chi2_draws=10)])
+                                 dict(perturbation_scale=2.0), dict(test_problems=5), dict(chi2_draws=10),
+                                 dict(routing_draws=2), dict(token_temperatures=[0.5, 0.1]), dict(head_sizes=[])])
 def test_bad_config(bad):
     with pytest.raises(ValueError):
         paper.Config(**bad)
@@ -105,18 +110,69 @@ def test_bad_config(bad):
 
 def test_tiny_run_is_deterministic():
     models = tiny_models()
-    config = paper.Config(test_problems=10, dev_problems=10, head_experts=2, tail_pool=4, routing_temperatures=[1.0],
-                          token_temperatures=[0.7], seed=3)
+    config = paper.Config(test_problems=12, head_experts=2, tail_pool=3, head_sizes=[1, 2], tail_pools=[2, 4],
+                          routing_temperatures=[1.0], token_temperatures=[0.1, 0.7], bootstrap_resamples=200, seed=3)
     first, second = paper.run(config, models), paper.run(config, models)
-    assert first.methods == second.methods and first.chosen_tau == second.chosen_tau
-    np.testing.assert_equal(first.metrics["verifier"], second.metrics["verifier"])   # NaN AUC (one class) allowed
+    assert first.methods == second.methods
     assert first.metrics["best_of_n"] == second.metrics["best_of_n"]
-    assert first.metrics["verifier"]["train_candidates"] == 2 * 16 * 400
-    assert set(first.methods) >= {"greedy", "head_greedy", "topk@T", "es@T", "es_1", "noise_1", "temp_0.7"}
+    assert set(first.methods) >= {"greedy", "head_greedy", "topk@T", "es@T", "es_h2_m3", "es_h1_m3", "es_h2_m2", "es_h2_m4",
+                                  "noise_1", "temp_0.7"}
+    assert first.curves["temperature"] == ["greedy", "temp_0.1", "temp_0.7"]
     assert len(first.curves["profile"]) == 8
     assert abs(first.curves["profile"].sum() - 1) < 1e-5
+    assert first.metrics["prefill_error"] < 1e-5
+    for name in ("greedy_drop", "es_passk_gain", "bon_majority", "jaccard_ratio"):
+        assert first.estimates[name] == second.estimates[name]
+        assert first.estimates[name].low <= first.estimates[name].high
     with pytest.raises(ValueError):
-        paper.run(paper.Config(head_experts=4, test_problems=10, dev_problems=10), models)  # head must be < k = 4
+        paper.run(paper.Config(head_experts=4, test_problems=10), models)  # head must be < k = 4
+    with pytest.raises(ValueError):
+        paper.run(config, models[:1])  # intervals need two models at least
+
+
+def test_shared_prefill_equals_full_forward_and_sampling_law():
+    models = tiny_models()
+    seq = paper.splits()["test"][:40]
+    es = paper.RoutingPolicy.expert_sample(4, 2, 2, 1.0)
+    assert paper.prefill_equivalence_error(models[0], seq, es, 0) < 1e-5
+    gen = torch.Generator().manual_seed(0)
+    answers = paper.sample_answers_shared(models[0], seq, 16, es, 0.7, gen)
+    assert answers.shape == (40, 16)
+    np.testing.assert_allclose(paper.answer_loglik_shared(models[0], seq, answers),
+                               paper.answer_loglik(models[0], seq[:, :5], answers), atol=1e-4)
+    # teacher-forced success probability matches the sampled rate (standard routing, T = 1)
+    topk = paper.RoutingPolicy.top_k(4, 8)
+    p = paper.correct_probability(paper.target_logits(models[0], seq, topk, 4, gen), seq, 1.0)
+    assert p.shape == (1, 40)
+    many = paper.sample_answers_shared(models[0], seq, 400, topk, 1.0, gen)
+    hits = (many == answer_code(seq[:, 5:])[:, None]).mean(1)
+    assert np.abs(hits - p[0]).max() < 0.12
+
+
+def test_pass_at_k_from_draws_is_unbiased():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0, 1, (6, 3))
+    brute = np.array([1 - np.mean([np.prod([1 - p[r, j] for r in sub]) for sub in combinations(range(6), 4)])
+                      for j in range(3)])
+    np.testing.assert_allclose(paper.pass_at_k_draws(p, 4), brute)
+    np.testing.assert_allclose(paper.pass_at_k_draws(p[:1], 4), 1 - (1 - p[0]) ** 4)
+    with pytest.raises(ValueError):
+        paper.pass_at_k_draws(p[:3], 4)
+
+
+def test_crossed_bootstrap_and_largest_estimate():
+    rng = np.random.default_rng(1)
+    a = rng.normal(1.0, 0.1, (5, 200)) + rng.normal(0, 0.5, (5, 1))  # a large between-model spread
+    est = paper.crossed_bootstrap({"a": a}, lambda m: m["a"], rng=0, resamples=500)
+    assert est.low < a.mean() < est.high and est.n == 1000
+    wide = est.high - est.low
+    within = paper.crossed_bootstrap({"a": a - a.mean(1, keepdims=True) + 1.0}, lambda m: m["a"], rng=0, resamples=500)
+    assert wide > 3 * (within.high - within.low)  # the model spread counts
+    from compendium.stats import Estimate
+
+    big = paper.largest_estimate([Estimate(1, 0, 2, 0.98), Estimate(3, -1, 4, 0.98)], 0.95)
+    assert (big.point, big.low, big.high, big.level) == (3, 0, 4, 0.95)
+    assert paper.largest_estimate([], 0.95) is None
 
 
 def _toy_verifier_data(seed=0, problems=60, n=8):

@@ -33,16 +33,18 @@ Small-scale deviations
 - The task is 2-digit addition with a reversed 3-digit answer (exactly checkable), not math,
   knowledge or code benchmarks; training stops at the first dev check with greedy accuracy >= 50%
   so pass@n has headroom.
-- The head size is fixed (``h = k / 2``), the pool is the next ``m`` ranks; the paper's exact rule
-  is not in the sources we had. The Best-of-N verifier is a small MLP trained here
-  (:mod:`.verifier`) on one-hot problem and candidate tokens, fit to answers the MoE sampled on
-  400 train-split problems and labelled by exact checking; it is not a reward model of the
-  paper's kind. (An earlier version of this chapter used the model's own answer likelihood; that
-  score is still reported beside it.)
+- Routing noise acts on the generated tokens only: the prompt is prefilled once per problem with
+  standard routing and shared by its samples (:mod:`.frontier`), as a served system would.
+- pass@k comes from teacher-forced success probabilities (exact for standard routing, unbiased
+  over routing-noise draws otherwise); Best-of-N uses the model's own answer likelihood under
+  standard routing. The MLP verifier of :mod:`.verifier` is no longer used by the chapter (see
+  its Limits); its module and tests stay for reuse.
 """
 
-from .experiment import (Config, Result, frontier_gap, kernel_check, paired_difference, pass_at_k_error,
-                         plackett_luce_check, routing_invariants, run)
+from .experiment import (PASS_K, Config, Result, es_name, kernel_check, ledger_estimates, pass_at_k_error,
+                         plackett_luce_check, prefill_equivalence_error, routing_invariants, run)
+from .frontier import (answer_loglik_shared, bracket, correct_probability, crossed_bootstrap, frontier_gap_estimates, largest_estimate,
+                       line_gap, neighbour_gap, pass_at_k_draws, prefill, sample_answers_shared, suffix_logits, target_logits)
 from .model import MoEConfig, TinyMoELM, build_asset, load_models, splits, topk_router, train
 from .sampling import (RoutingPolicy, answer_loglik, best_of_n, distinct_rate, majority_vote, pass_at_k,
                        pass_at_k_brute_force, router_profile, sample_answers)
@@ -51,7 +53,10 @@ from .verifier import Verifier, VerifierSettings, auc, auc_bootstrap, train_veri
 __all__ = [
     "Config", "Result", "run", "build_asset", "load_models", "MoEConfig", "TinyMoELM", "splits", "topk_router",
     "train", "RoutingPolicy", "sample_answers", "pass_at_k", "pass_at_k_brute_force", "best_of_n",
-    "majority_vote", "answer_loglik", "distinct_rate", "router_profile", "paired_difference", "frontier_gap",
+    "majority_vote", "answer_loglik", "distinct_rate", "router_profile", "PASS_K", "es_name", "ledger_estimates",
+    "prefill_equivalence_error", "bracket", "correct_probability", "crossed_bootstrap", "frontier_gap_estimates",
+    "largest_estimate", "line_gap", "neighbour_gap", "answer_loglik_shared", "pass_at_k_draws", "prefill", "sample_answers_shared", "suffix_logits",
+    "target_logits",
     "plackett_luce_check", "pass_at_k_error", "routing_invariants", "kernel_check", "Verifier", "VerifierSettings",
     "train_verifier", "verifier_features", "verifier_scores", "auc", "auc_bootstrap",
 ]

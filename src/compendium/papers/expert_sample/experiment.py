@@ -15,13 +15,14 @@ import torch
 
 from compendium.kernels.routing import expert_sample_route_reference, gumbel_noise
 
-from .model import PROMPT_LEN, TinyMoELM, answer_code, splits
-from .sampling import (RoutingPolicy, answer_loglik, best_of_n, distinct_rate, majority_vote,
-                       pass_at_k, pass_at_k_brute_force, pass_at_k_per_problem, router_profile,
-                       sample_answers)
-from .verifier import auc, auc_bootstrap, train_verifier, verifier_features, verifier_scores
+from ...stats import mean_interval
+from .frontier import (answer_loglik_shared, correct_probability, crossed_bootstrap, frontier_gap_estimates, largest_estimate,
+                       pass_at_k_draws, sample_answers_shared, target_logits)
+from .model import ANSWER_LEN, EQUALS, PROMPT_LEN, TinyMoELM, answer_code, splits
+from .sampling import (RoutingPolicy, best_of_n, distinct_rate, majority_vote, pass_at_k,
+                       pass_at_k_brute_force, router_profile)
 
-VERIFIER_TRAIN_PROBLEMS = 400  # train-split problems whose sampled answers train the verifier (both scales)
+PASS_K = 4  # the headline pass@k: pass@16 of top-k is saturated on this task (issue 23)
 
 
 @dataclass(frozen=True)
@@ -29,32 +30,45 @@ class Config:
     """Registry parameters of the chapter plus ``seed`` (see workflow/config/chapters.yaml)."""
 
     samples_per_problem: int = 16
-    test_problems: int = 200
-    dev_problems: int = 100
+    test_problems: int = 1000
     token_temperature: float = 0.7
     head_experts: int = 4
     tail_pool: int = 8
-    routing_temperatures: tuple = (0.5, 1.0, 2.0, 4.0)
-    token_temperatures: tuple = (0.3, 0.5, 0.7, 1.0, 1.3)
+    routing_temperature: float = 1.0
+    head_sizes: tuple = (2, 4, 6)
+    tail_pools: tuple = (8, 24)
+    routing_temperatures: tuple = (0.5, 1.0, 2.0)
+    token_temperatures: tuple = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0)
+    routing_draws: int = 4
+    bootstrap_resamples: int = 1000
     perturbation_scale: float = 0.1
     chi2_draws: int = 40000
     seed: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "routing_temperatures", tuple(float(t) for t in self.routing_temperatures))
-        object.__setattr__(self, "token_temperatures", tuple(float(t) for t in self.token_temperatures))
+        for name in ("head_sizes", "tail_pools"):
+            object.__setattr__(self, name, tuple(int(t) for t in getattr(self, name)))
+        for name in ("routing_temperatures", "token_temperatures"):
+            object.__setattr__(self, name, tuple(float(t) for t in getattr(self, name)))
         if self.samples_per_problem < 16:
             raise ValueError(f"samples_per_problem must be >= 16 (pass@16), got {self.samples_per_problem}")
-        if not 10 <= self.test_problems <= 1000 or not 10 <= self.dev_problems <= 500:
-            raise ValueError("test_problems must lie in [10, 1000] and dev_problems in [10, 500]")
+        if not 10 <= self.test_problems <= 1000:
+            raise ValueError("test_problems must lie in [10, 1000]")
         if not 0 < self.token_temperature <= 2:
             raise ValueError(f"token_temperature must lie in (0, 2], got {self.token_temperature}")
-        if self.head_experts < 1 or self.tail_pool < 1:
-            raise ValueError("head_experts and tail_pool must be >= 1")
+        if self.head_experts < 1 or self.tail_pool < 1 or not self.routing_temperature > 0:
+            raise ValueError("head_experts and tail_pool must be >= 1 and routing_temperature > 0")
         if not self.routing_temperatures or min(self.routing_temperatures) <= 0:
             raise ValueError("routing_temperatures must be a non-empty list of positive numbers")
-        if not self.token_temperatures or min(self.token_temperatures) <= 0:
-            raise ValueError("token_temperatures must be a non-empty list of positive numbers")
+        temps = self.token_temperatures
+        if len(temps) < 2 or min(temps) <= 0 or list(temps) != sorted(temps):
+            raise ValueError("token_temperatures must be at least two increasing positive numbers")
+        if not self.head_sizes or not self.tail_pools:
+            raise ValueError("head_sizes and tail_pools must be non-empty")
+        if self.routing_draws < PASS_K:
+            raise ValueError(f"routing_draws must be >= {PASS_K} (unbiased pass@{PASS_K}), got {self.routing_draws}")
+        if self.bootstrap_resamples < 200:
+            raise ValueError("bootstrap_resamples must be >= 200")
         if not 0 < self.perturbation_scale <= 1:
             raise ValueError(f"perturbation_scale must lie in (0, 1], got {self.perturbation_scale}")
         if self.chi2_draws < 1000:
@@ -65,165 +79,190 @@ class Config:
 class Result:
     """Per-method metrics (mean over models) and per-problem arrays (models x problems)."""
 
-    methods: dict = field(default_factory=dict)      # name -> {"pass1", "pass16", "distinct"} (means, points)
-    per_problem: dict = field(default_factory=dict)  # name -> {"pass1": (M, P), "pass16": (M, P)}
-    curves: dict = field(default_factory=dict)       # name -> array (E,) or list of points
-    chosen_tau: float = float("nan")
-    dev: dict = field(default_factory=dict)
+    methods: dict = field(default_factory=dict)      # name -> {"pass1", "pass4", "pass16"} (means, points)
+    per_problem: dict = field(default_factory=dict)  # name -> {"pass1", "pass4", "pass16", "curve"}: (M, P)
+    curves: dict = field(default_factory=dict)       # "profile" (E,), "temperature" (names), ...
     metrics: dict = field(default_factory=dict)
+    estimates: dict = field(default_factory=dict)    # ledger statistics (compendium.stats.Estimate)
 
 
 def _check_models(config: Config, models: list[TinyMoELM]):
-    if not models:
-        raise ValueError("run needs at least one trained model")
+    if len(models) < 2:
+        raise ValueError("run needs at least two trained models (intervals are over models and problems)")
     cfg = models[0].config
     k, e = cfg.experts_per_token, cfg.num_experts
-    if not 1 <= config.head_experts < k:
-        raise ValueError(f"head_experts must lie in [1, k-1] = [1, {k - 1}], got {config.head_experts}")
-    if not k - config.head_experts <= config.tail_pool <= e - config.head_experts:
-        raise ValueError(f"tail_pool must lie in [{k - config.head_experts}, {e - config.head_experts}], "
-                         f"got {config.tail_pool}")
+    for h, m in [(config.head_experts, config.tail_pool)] + _grid(config):
+        if not 1 <= h < k:
+            raise ValueError(f"head sizes must lie in [1, k-1] = [1, {k - 1}], got {h}")
+        if not k - h <= m <= e - h:
+            raise ValueError(f"tail pool for head {h} must lie in [{k - h}, {e - h}], got {m}")
     return k, e
 
 
+def _grid(config: Config) -> list[tuple[int, int]]:
+    """The Expert-Sample settings (h, m) of the frontier: every head size with the default pool, and
+    every pool with the default head (the routing temperature is fixed: tau is saturated here)."""
+    pts = [(h, config.tail_pool) for h in config.head_sizes] + [(config.head_experts, m) for m in config.tail_pools]
+    return list(dict.fromkeys(pts))
+
+
+def es_name(h: int, m: int) -> str:
+    return f"es_h{h}_m{m}"
+
+
 def run(config: Config, models: list[TinyMoELM]) -> Result:
-    """Every routing policy on the test split of every model; ES's tau chosen on the dev split.
+    """Every routing policy on the test split of every model (shared prefill: routing noise acts on
+    the generated tokens only).
 
-    Methods (token temperature after '@'): ``greedy`` (top-k, T=0), ``head_greedy`` (top-h only,
-    T=0), ``topk@1``/``head@1`` (T=1), ``topk@T``, ``es@T`` (the dev-chosen tau), ``temp_<T>``
-    (top-k at each token temperature), ``es_<tau>`` and ``noise_<tau>`` (T=0, routing noise on the
-    tail / on all experts).
-
-    Best-of-N uses a verifier trained here per model (:mod:`.verifier`): an MLP over the problem
-    and candidate tokens, fit to ``n`` answers per problem sampled with ``topk@T`` and ``es@T`` on
-    the first ``VERIFIER_TRAIN_PROBLEMS`` train-split problems, labelled by exact checking. A second
-    verifier per model, trained on the same candidates with shuffled labels, is the negative control.
+    pass@1 / pass@4 / pass@16 come from teacher-forced success probabilities (:mod:`.frontier`):
+    exact for standard routing at every token temperature, unbiased over ``routing_draws`` noise
+    draws for stochastic routing. Methods: ``greedy`` and ``head_greedy`` (T = 0),
+    ``topk@1``/``head@1`` (T = 1), ``topk@T``/``es@T`` (the headline pair at the chapter's token
+    temperature, Expert-Sample at ``head_experts``, ``tail_pool``, ``routing_temperature``),
+    ``temp_<T>`` (the temperature curve, greedy first), ``es_h<h>_m<m>`` (Expert-Sample, T = 0) and
+    ``noise_<tau>`` (noise on all experts, T = 0). Best-of-N (the model's own likelihood under
+    standard routing) and majority vote use ``samples_per_problem`` sampled answers of
+    ``topk@T`` and ``es@T``.
     """
     k, e = _check_models(config, models)
     h, m, n, T = config.head_experts, config.tail_pool, config.samples_per_problem, config.token_temperature
-    data = splits()
-    test, dev = data["test"][: config.test_problems], data["dev"][: config.dev_problems]
+    test = splits()["test"][: config.test_problems]
     topk = RoutingPolicy.top_k(k, e)
-    es = lambda tau: RoutingPolicy.expert_sample(k, h, m, tau)  # noqa: E731
+    head_only = RoutingPolicy(h, h, e - h, 0.0)
+    es_main = RoutingPolicy.expert_sample(k, h, m, config.routing_temperature)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: much faster than two on a shared 2-core machine
+    result = Result()
     try:
-        def evaluate(seq, policy, temp, model_index, stream, keep=False):
-            gen = torch.Generator().manual_seed(config.seed * 1_000_003 + model_index * 10_007 + stream)
-            greedy = temp == 0 and not policy.stochastic
-            answers = sample_answers(models[model_index], seq[:, :PROMPT_LEN], 1 if greedy else n, policy, temp, gen)
-            if greedy:
-                answers = np.repeat(answers, n, axis=1)
-            targets = answer_code(seq[:, PROMPT_LEN:])
-            correct = (answers == targets[:, None]).sum(1)
-            out = {"curve": [float(np.mean([pass_at_k(n, int(c), j) for c in correct])) for j in range(1, n + 1)],
-                   "pass1": pass_at_k_per_problem(answers, targets, 1),
-                   "pass16": pass_at_k_per_problem(answers, targets, 16), "distinct": distinct_rate(answers)}
-            if keep:
-                out["answers"] = answers
-            return out
+        def gen(i, stream):
+            return torch.Generator().manual_seed(config.seed * 1_000_003 + i * 10_007 + stream)
 
-        # 1) dev split: choose ES's routing temperature at the chapter's token temperature
-        dev_rows = {"topk": [evaluate(dev, topk, T, i, 1) for i in range(len(models))]}
-        for j, tau in enumerate(config.routing_temperatures):
-            dev_rows[f"es_{tau:g}"] = [evaluate(dev, es(tau), T, i, 100 + j) for i in range(len(models))]
-        dev_summary = {name: {q: 100 * float(np.mean([r[q].mean() for r in rows])) for q in ("pass1", "pass16")}
-                       for name, rows in dev_rows.items()}
-        floor = dev_summary["topk"]["pass1"] - 2.0
-        allowed = [t for t in config.routing_temperatures if dev_summary[f"es_{t:g}"]["pass1"] >= floor]
-        chosen = (max(allowed, key=lambda t: dev_summary[f"es_{t:g}"]["pass16"]) if allowed
-                  else min(config.routing_temperatures))
+        def pass_j(p, j):  # unbiased when exact or with >= j draws; else the plug-in (figures and table only)
+            return pass_at_k_draws(p, j) if p.shape[0] == 1 or p.shape[0] >= j else 1 - (1 - p.mean(0)) ** j
 
-        # 2) verifiers: trained on candidates sampled on the train split (never the test split)
-        train_seq = data["train"][:VERIFIER_TRAIN_PROBLEMS]
-        train_targets = answer_code(train_seq[:, PROMPT_LEN:])
-        verifiers, shuffled, train_info = [], [], []
-        for i, model in enumerate(models):
-            gen = torch.Generator().manual_seed(config.seed * 1_000_003 + i * 10_007 + 500)
-            cands = np.concatenate([sample_answers(model, train_seq[:, :PROMPT_LEN], n, pol, T, gen)
-                                    for pol in (topk, es(chosen))], axis=1)                 # (P, 2n)
-            labels = (cands == train_targets[:, None]).reshape(-1).astype(np.float32)
-            feats = verifier_features(train_seq, cands)
-            vseed = config.seed * 7_919 + i * 101 + 17
-            verifiers.append(train_verifier(feats, labels, vseed))
-            perm = np.random.default_rng(vseed).permutation(len(labels))
-            shuffled.append(train_verifier(feats, labels[perm], vseed + 1))
-            fit = verifier_scores(verifiers[-1], train_seq, cands).reshape(-1) > 0
-            train_info.append({"positive_rate": float(labels.mean()), "train_accuracy": float((fit == labels).mean())})
+        def record(name, probs):  # probs: list over models of (R, P) success probabilities
+            per = {f"pass{j}": np.stack([pass_j(p, j) for p in probs]) for j in (1, PASS_K, 16)}
+            per["curve"] = np.stack([np.stack([pass_j(p, j) for j in range(1, n + 1)]) for p in probs])
+            result.per_problem[name] = per
+            result.methods[name] = {q: 100 * float(per[q].mean()) for q in ("pass1", f"pass{PASS_K}", "pass16")}
 
-        # 3) test split
-        plan = {"greedy": (topk, 0.0), "head_greedy": (RoutingPolicy(h, h, e - h, 0.0), 0.0),
-                "topk@1": (topk, 1.0), "head@1": (RoutingPolicy(h, h, e - h, 0.0), 1.0),
-                "topk@T": (topk, T), "es@T": (es(chosen), T)}
-        for t in config.token_temperatures:
-            plan[f"temp_{t:g}"] = (topk, t)
+        plan = {"topk": topk, "head": head_only}
+        for hh, mm in _grid(config):
+            plan[es_name(hh, mm)] = RoutingPolicy.expert_sample(k, hh, mm, config.routing_temperature)
+        main = es_name(h, m)
+        if main not in plan:
+            plan[main] = es_main
         for tau in config.routing_temperatures:
-            plan[f"es_{tau:g}"] = (es(tau), 0.0)
-            plan[f"noise_{tau:g}"] = (RoutingPolicy.all_experts_noise(k, e, tau), 0.0)
-        result = Result(chosen_tau=chosen, dev=dev_summary)
-        bon = {key: {"verifier": [], "likelihood": [], "majority": []} for key in ("es", "topk")}
-        held = {"scores": [[] for _ in models], "shuffled": [[] for _ in models], "labels": [[] for _ in models]}
-        targets = answer_code(test[:, PROMPT_LEN:])
-        for s, (name, (policy, temp)) in enumerate(plan.items()):
-            rows = [evaluate(test, policy, temp, i, 1000 + s, keep=name in ("topk@T", "es@T"))
-                    for i in range(len(models))]
-            result.per_problem[name] = {q: np.stack([r[q] for r in rows]) for q in ("pass1", "pass16")}
-            result.methods[name] = {"pass1": 100 * float(result.per_problem[name]["pass1"].mean()),
-                                    "pass16": 100 * float(result.per_problem[name]["pass16"].mean()),
-                                    "distinct": float(np.mean([r["distinct"] for r in rows])),
-                                    "curve": list(100 * np.mean([r["curve"] for r in rows], axis=0))}
-            if name in ("topk@T", "es@T"):
-                key = "topk" if name == "topk@T" else "es"
-                for i, r in enumerate(rows):
-                    scores = verifier_scores(verifiers[i], test, r["answers"])
-                    held["scores"][i].append(scores)
-                    held["shuffled"][i].append(verifier_scores(shuffled[i], test, r["answers"]))
-                    held["labels"][i].append(r["answers"] == targets[:, None])
-                    bon[key]["verifier"].append(100 * float((best_of_n(r["answers"], scores) == targets).mean()))
-                    loglik = answer_loglik(models[i], test[:, :PROMPT_LEN], r["answers"])
-                    bon[key]["likelihood"].append(100 * float((best_of_n(r["answers"], loglik) == targets).mean()))
-                    bon[key]["majority"].append(100 * float((majority_vote(r["answers"]) == targets).mean()))
-        result.metrics["best_of_n"] = {m_: {v: float(np.mean(x)) for v, x in d.items()} for m_, d in bon.items()}
-        # held-out candidates: test-split answers of topk@T and es@T, (P, 2n) per model
-        sc, sh, lab = ([np.concatenate(x, axis=1) for x in held[q]] for q in ("scores", "shuffled", "labels"))
-        a, a_lo, a_hi = auc_bootstrap(sc, lab, config.seed * 31 + 1)
-        s_, s_lo, s_hi = auc_bootstrap(sh, lab, config.seed * 31 + 2)
-        result.metrics["verifier"] = {
-            "auc": a, "auc_ci": (a_lo, a_hi), "shuffled_auc": s_, "shuffled_auc_ci": (s_lo, s_hi),
-            "accuracy": float(np.mean([((s > 0) == y).mean() for s, y in zip(sc, lab)])),
-            "majority_class_accuracy": float(np.mean([max(y.mean(), 1 - y.mean()) for y in lab])),
-            "per_model_auc": [auc(s, y) for s, y in zip(sc, lab)],
-            "train_problems": len(train_seq), "train_candidates": 2 * n * len(train_seq),
-            "train_positive_rate": float(np.mean([t["positive_rate"] for t in train_info])),
-            "train_accuracy": float(np.mean([t["train_accuracy"] for t in train_info]))}
+            plan[f"noise_{tau:g}"] = RoutingPolicy.all_experts_noise(k, e, tau)
+        logits = {name: [target_logits(model, test, pol, config.routing_draws, gen(i, 1000 + s))
+                         for i, model in enumerate(models)] for s, (name, pol) in enumerate(plan.items())}
+        prob = lambda name, temp: [correct_probability(x, test, temp) for x in logits[name]]  # noqa: E731
+        record("greedy", prob("topk", 0.0))
+        record("head_greedy", prob("head", 0.0))
+        record("topk@1", prob("topk", 1.0))
+        record("head@1", prob("head", 1.0))
+        record("topk@T", prob("topk", T))
+        record("es@T", prob(main, T))  # the same routing draws as the T = 0 point of this setting
+        result.curves["temperature"] = ["greedy"]
+        for t in config.token_temperatures:
+            record(f"temp_{t:g}", prob("topk", t))
+            result.curves["temperature"].append(f"temp_{t:g}")
+        for hh, mm in _grid(config):
+            record(es_name(hh, mm), prob(es_name(hh, mm), 0.0))
+        result.curves["noise"] = []
+        for tau in config.routing_temperatures:
+            record(f"noise_{tau:g}", prob(f"noise_{tau:g}", 0.0))
+            result.curves["noise"].append(f"noise_{tau:g}")
+        result.curves["es"] = [es_name(hh, mm) for hh, mm in _grid(config)]
 
-        # 4) router shape
+        # Best-of-N and majority vote: sampled answers (shared prefill), paired per problem and model
+        targets = answer_code(test[:, PROMPT_LEN:])
+        bon = {key: {"likelihood": [], "majority": [], "distinct": []} for key in ("es", "topk")}
+        for key, pol in (("topk", topk), ("es", es_main)):
+            for i, model in enumerate(models):
+                answers = sample_answers_shared(model, test, n, pol, T, gen(i, 5000 + (key == "es")))
+                loglik = answer_loglik_shared(model, test, answers)
+                bon[key]["likelihood"].append((best_of_n(answers, loglik) == targets).astype(float))
+                bon[key]["majority"].append((majority_vote(answers) == targets).astype(float))
+                bon[key]["distinct"].append(distinct_rate(answers))
+        result.per_problem["bon"] = {key: {v: np.stack(d[v]) for v in ("likelihood", "majority")} for key, d in bon.items()}
+        result.metrics["best_of_n"] = {key: {v: 100 * float(np.mean(d[v])) for v in ("likelihood", "majority")}
+                                       for key, d in bon.items()}
+        result.metrics["distinct"] = {key: float(np.mean(d["distinct"])) for key, d in bon.items()}
+
+        # router shape, per model
         probes = [router_profile(model, test, h, config.perturbation_scale,
                                  torch.Generator().manual_seed(config.seed * 7919 + i)) for i, model in enumerate(models)]
         result.curves["profile"] = np.mean([p["profile"] for p in probes], axis=0)
         result.metrics["head_jaccard"] = float(np.mean([p["head_jaccard"] for p in probes]))
         result.metrics["tail_jaccard"] = float(np.mean([p["tail_jaccard"] for p in probes]))
+        result.metrics["jaccard_ratio_per_model"] = [p["head_jaccard"] / p["tail_jaccard"] for p in probes]
+        result.metrics["prefill_error"] = prefill_equivalence_error(models[0], test[:64], es_main, config.seed)
     finally:
         torch.set_num_threads(threads)
+    result.estimates = ledger_estimates(config, result)
     return result
 
 
-def paired_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """Mean of ``a - b`` in points with a normal 95% interval, paired over problems.
+def ledger_estimates(config: Config, result: Result) -> dict:
+    """Every interval a verdict depends on, from the per-problem arrays (models x problems).
 
-    a, b: (models, problems) in [0, 1]; models are averaged first, so the unit is the problem.
+    Differences are in points (100 x probability). Intervals: two-way bootstrap over models and
+    problems (:func:`.frontier.crossed_bootstrap`); the Jaccard ratio: t interval over models.
     """
-    d = 100 * (a.mean(0) - b.mean(0))
-    half = 1.96 * d.std(ddof=1) / np.sqrt(len(d))
-    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+    PP, R = result.per_problem, config.bootstrap_resamples
+    kk = f"pass{PASS_K}"
+
+    def diff(a, b, seed_offset):
+        return crossed_bootstrap({"a": 100 * a, "b": 100 * b}, lambda x: x["a"] - x["b"],
+                                 rng=config.seed * 101 + seed_offset, resamples=R)
+
+    est = {
+        "greedy_drop": diff(PP["greedy"]["pass1"], PP["head_greedy"]["pass1"], 1),
+        "pass16_excess_drop": crossed_bootstrap(
+            {"t1": 100 * PP["topk@1"]["pass16"], "h1": 100 * PP["head@1"]["pass16"],
+             "g": 100 * PP["greedy"]["pass1"], "hg": 100 * PP["head_greedy"]["pass1"]},
+            lambda x: (x["t1"] - x["h1"]) - (x["g"] - x["hg"]), rng=config.seed * 101 + 2, resamples=R),
+        "es_passk_gain": diff(PP["es@T"][kk], PP["topk@T"][kk], 3),
+        "es_pass1_change": diff(PP["es@T"]["pass1"], PP["topk@T"]["pass1"], 4),
+        "topk_passk": crossed_bootstrap({"a": 100 * PP["topk@T"][kk]}, lambda x: x["a"],
+                                        rng=config.seed * 101 + 5, resamples=R),
+        "bon_likelihood": diff(PP["bon"]["es"]["likelihood"], PP["bon"]["topk"]["likelihood"], 6),
+        "bon_majority": diff(PP["bon"]["es"]["majority"], PP["bon"]["topk"]["majority"], 7),
+        "jaccard_ratio": mean_interval(result.metrics["jaccard_ratio_per_model"], unit="trained models"),
+    }
+    points = {name: (result.methods[name]["pass1"], result.methods[name][kk]) for name in result.curves["es"]}
+    scaled = {name: {q: 100 * PP[name][q] for q in ("pass1", kk)} for name in
+              result.curves["es"] + result.curves["temperature"] + result.curves["noise"]}
+    frontier = frontier_gap_estimates(points, result.curves["temperature"], scaled, rng=config.seed * 101 + 8,
+                                      resamples=R, x="pass1", y=kk)
+    ablation = frontier_gap_estimates(points, ["greedy"] + result.curves["noise"], scaled,
+                                      rng=config.seed * 101 + 9, resamples=R, x="pass1", y=kk)
+    est["frontier"] = largest_estimate([v[0] for v in frontier.values()], 0.95)
+    est["ablation"] = largest_estimate([v[0] for v in ablation.values()], 0.95)
+    est["frontier_pairs"] = {name: {"gap": v[0].point, "low": v[0].low, "high": v[0].high, "between": list(v[1])}
+                             for name, v in frontier.items()}
+    est["ablation_pairs"] = {name: {"gap": v[0].point, "low": v[0].low, "high": v[0].high, "between": list(v[1])}
+                             for name, v in ablation.items()}
+    return est
 
 
-def frontier_gap(points: list[tuple[float, float]], reference: list[tuple[float, float]]) -> list[float]:
-    """For each (x, y) in ``points`` whose x lies in the range of ``reference``, y minus the
-    piecewise-linear interpolation of the reference curve at x (reference sorted by x)."""
-    ref = sorted(reference)
-    xs, ys = np.array([p[0] for p in ref]), np.array([p[1] for p in ref])
-    return [float(y - np.interp(x, xs, ys)) for x, y in points if xs[0] <= x <= xs[-1]]
+def prefill_equivalence_error(model: TinyMoELM, seq: np.ndarray, policy: RoutingPolicy, seed: int) -> float:
+    """Max |shared-prefill logits - full forward with zero routing noise at the prompt| (3 draws)."""
+    from .sampling import make_router
+
+    g = torch.Generator().manual_seed(seed)
+    fast = target_logits(model, seq, policy, 3, g)
+    g = torch.Generator().manual_seed(seed)
+    cfg = model.config
+    noise = gumbel_noise((cfg.num_layers, 3 * len(seq), ANSWER_LEN - 1, cfg.num_experts), g)
+    full_noise = torch.zeros(cfg.num_layers, 3 * len(seq), PROMPT_LEN + ANSWER_LEN, cfg.num_experts)
+    full_noise[:, :, PROMPT_LEN:PROMPT_LEN + ANSWER_LEN - 1] = noise
+    x = torch.as_tensor(seq).repeat_interleave(3, 0)                       # row p * 3 + r, as target_logits
+    with torch.no_grad():
+        logits, _ = model(x[:, :PROMPT_LEN + ANSWER_LEN - 1], make_router(policy, full_noise))
+    ref = logits[:, PROMPT_LEN - 1:, :EQUALS].reshape(len(seq), 3, ANSWER_LEN, EQUALS).transpose(0, 1)
+    return float((ref - fast).abs().max())
 
 
 # ---- exact checks ---------------------------------------------------------------------------------

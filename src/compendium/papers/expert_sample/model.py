@@ -211,7 +211,7 @@ def train(config: MoEConfig, settings: TrainSettings, seed: int) -> tuple[TinyMo
     return model, {"steps": step, "dev_greedy_accuracy": history[-1][1] if history else None, "history": history}
 
 
-def build_asset(out_dir: Path, scale: str, seed: int, num_models: int = 3) -> None:
+def build_asset(out_dir: Path, scale: str, seed: int, num_models: int = 5) -> None:
     """Workflow builder: train ``num_models`` models (seeds ``seed .. seed+num_models-1``).
 
     Writes ``model_<i>.pt`` (state dicts) and ``metadata.json`` (sizes, settings, stopping step and
