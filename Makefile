@@ -6,6 +6,7 @@
 #   make test                      unit, contract and end-to-end tests (what CI runs)
 #   make lab                       Jupyter Lab with the project kernel, chapters open as notebooks
 #   make lock                      rewrite requirements.lock from .venv (after CI passed with it)
+#   make stability K=3             rerun every chapter at K further seeds (+ registry sweeps); Stability page
 
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -13,6 +14,7 @@ SCALE    ?= smoke
 PROFILE  ?= local
 CORES    ?= 2
 PYTEST_ARGS ?=
+K        ?= 3
 
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
@@ -25,10 +27,10 @@ unexport SET SLUG  # make would otherwise expand them (running any $(shell ...))
 export HF_HUB_OFFLINE := 1
 export JUPYTER_PATH := $(CURDIR)
 
-.PHONY: setup lock book chapter test pdf publish validate lab clean benchmarks help
+.PHONY: setup lock book chapter stability test pdf publish validate lab clean benchmarks help
 
 help:
-	@sed -n '2,10p' Makefile
+	@sed -n '2,11p' Makefile
 
 setup: $(STAMP)
 
@@ -69,6 +71,10 @@ chapter: setup
 	@test -n "$$COMPENDIUM_SLUG" || { echo "usage: make chapter SLUG=<slug> [SET='seed=3'] [FORCE=1]"; exit 2; }
 	$(BIN)/compendium build --scale $(SCALE) --profile $(PROFILE) --cores $(CORES) --only "$$COMPENDIUM_SLUG" \
 		$(if $(FORCE),--force "$$COMPENDIUM_SLUG")
+
+stability: setup
+	$(BIN)/compendium stability --scale $(SCALE) --profile $(PROFILE) --cores $(CORES) --seeds $(K) \
+		$(if $(value SLUG),--only "$$COMPENDIUM_SLUG")
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

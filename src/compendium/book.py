@@ -26,7 +26,7 @@ import yaml
 
 from . import paths
 from .bookview import chapter_view
-from .claims import VERDICTS, verdict_badge
+from .claims import ROLES, VERDICTS, summarize, verdict_badge
 from .registry import ChapterEntry, Registry
 
 
@@ -45,11 +45,9 @@ class ChapterState:
     stale: list = field(default_factory=list)  # what changed since the shown claims were computed
     last_good: list = field(default_factory=list)  # claims of the last good run (failed_last_good)
 
-    def counts(self) -> dict[str, int]:
-        out = {v: 0 for v in VERDICTS}
-        for c in self.claims:
-            out[c["verdict"]] += 1
-        return out
+    def counts(self, role: str = "claim") -> dict[str, int]:
+        """Verdict counts of one role (paper claims by default: only they count as reproduced)."""
+        return summarize(self.claims)[role] if self.claims else {v: 0 for v in VERDICTS}
 
 
 def read_benchmark(path: Path) -> dict | None:
@@ -166,7 +164,7 @@ def provenance_section(states: list[ChapterState]) -> list[str]:
                   "| chapter | claim | measured | criterion | verdict |", "|---|---|---|---|---|"]
         for st in kept:
             for c in st.last_good:
-                lines.append(f"| {_chapter_link(st)} | `{c['id']}` | {_num(c['measured'])} | "
+                lines.append(f"| {_chapter_link(st)} | `{c['id']}` | {_measured(c['measured'])} | "
                              f"{escape(c['criterion'] or '')} | {verdict_badge(c['verdict'])}{stale_badge(st)} |")
     return lines
 
@@ -209,12 +207,19 @@ def claims_frame(registry: Registry, scale: str):
         if not st.claims:
             verdict = {"failed": "failed_to_run", "failed_last_good": "failed_to_run", "planned": "planned",
                        "not_run": "not_run"}[st.state]
-            rows.append({**base, "claim": "", "kind": "", "statement": "", "criterion": "",
-                         "measured": "", "paper_value": "", "verdict": verdict})
+            rows.append({**base, "claim": "", "role": "", "kind": "", "statement": "", "criterion": "",
+                         "min_effect": "", "measured": "", "low": "", "high": "", "unit": "", "n_units": "",
+                         "paper_value": "", "verdict": verdict, "controls": ""})
         for c in st.claims:
-            rows.append({**base, "claim": c["id"], "kind": c["kind"], "statement": c["statement"],
-                         "criterion": c["criterion"], "measured": c["measured"],
-                         "paper_value": c["paper_value"], "verdict": c["verdict"]})
+            m = c["measured"]
+            est = isinstance(m, dict) and {"point", "low", "high"} <= set(m)
+            rows.append({**base, "claim": c["id"], "role": c.get("role", "claim"), "kind": c["kind"],
+                         "statement": c["statement"], "criterion": c["criterion"],
+                         "min_effect": c.get("min_effect"), "measured": m["point"] if est else m,
+                         "low": m["low"] if est else "", "high": m["high"] if est else "",
+                         "unit": m.get("unit", "") if est else "", "n_units": m.get("n", "") if est else "",
+                         "paper_value": c["paper_value"], "verdict": c["verdict"],
+                         "controls": " ".join(c.get("controls", []))})
     return pd.DataFrame(rows)
 
 
@@ -244,15 +249,20 @@ def _chapter_link(st: ChapterState) -> str:
 
 
 def _state_badge(st: ChapterState) -> str:
+    """The chapter's badge, from its paper claims only (controls and implementation checks aside)."""
     if st.state == "finished":
-        counts = st.counts()
-        return verdict_badge("pass") if counts["fail"] == 0 else verdict_badge("fail")
+        c = st.counts()
+        for verdict in ("fail", "unsupported", "inconclusive", "pass"):
+            if c[verdict]:
+                return verdict_badge(verdict) + stale_badge(st)
+        return verdict_badge("not_checkable") + stale_badge(st)
     return verdict_badge({"failed": "failed_to_run", "failed_last_good": "failed_to_run", "planned": "planned",
                           "not_run": "not_run"}[st.state]) + stale_badge(st)
 
 
 def toc(registry: Registry) -> dict:
-    parts = [{"caption": "Verification", "chapters": [{"file": "dashboard"}, {"file": "runtime"}]}]
+    parts = [{"caption": "Verification",
+              "chapters": [{"file": "dashboard"}, {"file": "stability"}, {"file": "runtime"}]}]
     for part in registry.parts:
         chapters = [{"file": f"parts/{part.id}"}]
         chapters += [{"file": f"chapters/{c.slug}"} for c in registry.chapters if c.part == part.id and c.ready]
@@ -264,53 +274,76 @@ def toc(registry: Registry) -> dict:
 def part_page(registry: Registry, part_id: str, states: list[ChapterState]) -> str:
     part = registry.part(part_id)
     lines = [f"# {part.title}", "", part.summary, "",
-             "| chapter | paper | status | claims passed |", "|---|---|---|---|"]
+             "| chapter | what it checks | status | paper claims reproduced |", "|---|---|---|---|"]
     for st in states:
         if st.entry.part != part_id:
             continue
         counts = st.counts()
-        checked = counts["pass"] + counts["fail"]
+        checked = sum(counts[v] for v in ("pass", "fail", "inconclusive", "unsupported"))
         passed = f"{counts['pass']} / {checked}" if st.state == "finished" else ""
-        paper = f"seed {st.entry.seed_file[:3]}, abstract {st.entry.abstract}"
-        lines.append(f"| {_chapter_link(st)} | {paper} | {_state_badge(st)} | {passed} |")
+        lines.append(f"| {_chapter_link(st)} | {escape(st.entry.summary)} | {_state_badge(st)} | {passed} |")
     planned = [st for st in states if st.entry.part == part_id and st.state == "planned"]
     if planned:
         lines += ["", f"{len(planned)} chapter(s) of this part are planned: registered, not yet written."]
     return "\n".join(lines) + "\n"
 
 
-def dashboard_page(states: list[ChapterState], scale: str) -> str:
-    totals = {v: 0 for v in VERDICTS}
+def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None = None,
+                   stability: dict | None = None) -> str:
+    """The verification dashboard: paper claims first, controls and implementation checks apart.
+
+    ``fragile`` maps ``(slug, claim_id)`` to the reason recorded in expected_verdicts.yaml;
+    ``stability`` maps ``(slug, claim_id)`` to a ``"k/K seeds agree"`` text from the seed sweep.
+    """
+    fragile, stability = fragile or {}, stability or {}
+    totals = {role: {v: 0 for v in VERDICTS} for role in ROLES}
     for st in states:
-        for k, v in st.counts().items():
-            totals[k] += v
-    by_state = {s: sum(st.state == s for st in states) for s in ("finished", "failed", "not_run", "planned")}
+        for role in ROLES:
+            for k, v in st.counts(role).items():
+                totals[role][k] += v
+    by_state = {s: sum(st.state == s for st in states)
+                for s in ("finished", "failed", "failed_last_good", "not_run", "planned")}
+    cl, co, im = totals["claim"], totals["control"], totals["implementation"]
     lines = [
         "# Verification dashboard",
         "",
-        f"Every claim of every chapter, with the verdict the ledger computed from the measured value "
+        f"Every check of every chapter, with the verdict the ledger computed from the measured value "
         f"and the declared criterion, at the `{scale}` scale. Regenerated on every build from "
         f"`results/{scale}/*/claims.json` (also in `results/{scale}/claims.csv`).",
         "",
+        "Only **paper claims** count as reproduced. A *control* is a variant that must fail (or pass) "
+        "the same criterion, so it shows that the check has power; a claim whose control misbehaved is "
+        "*unsupported*. An *implementation* check tests our own code (identities, kernel = reference, "
+        "anything true by construction) and is never counted as a reproduced claim. A measurement with "
+        "an interval is *inconclusive* when the interval straddles the criterion.",
+        "",
+        "## Paper claims",
+        "",
+        "| reproduced | not reproduced | inconclusive | unsupported | not checkable |",
+        "|---|---|---|---|---|",
+        f"| {cl['pass']} | {cl['fail']} | {cl['inconclusive']} | {cl['unsupported']} | {cl['not_checkable']} |",
+        "",
         "| | count |",
         "|---|---|",
-        f"| claims passed | {totals['pass']} |",
-        f"| claims failed | {totals['fail']} |",
-        f"| claims not checkable | {totals['not_checkable']} |",
+        f"| controls that behaved | {co['pass']} of {sum(co.values())} |",
+        f"| implementation checks passed | {im['pass']} of {sum(im.values())} |",
+        f"| claims recorded as fragile (verdict varies with the seed or the machine) | {len(fragile)} |",
         f"| chapters finished | {by_state['finished']} |",
-        f"| chapters that failed to run | {by_state['failed']} |",
+        f"| chapters failed, showing the last good result | {by_state['failed_last_good']} |",
+        f"| chapters failed, no result | {by_state['failed']} |",
         f"| chapters not run | {by_state['not_run']} |",
         f"| chapters planned | {by_state['planned']} |",
         "",
         "## Chapters",
         "",
-        "| chapter | part | status | pass | fail | not checkable |",
-        "|---|---|---|---|---|---|",
+        "| chapter | part | status | reproduced | not reproduced | inconclusive | not checkable | controls | implementation |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for st in states:
-        c = st.counts()
-        lines.append(f"| {_chapter_link(st)} | {st.entry.part} | {_state_badge(st)} | "
-                     f"{c['pass']} | {c['fail']} | {c['not_checkable']} |")
+        c, k, i = st.counts("claim"), st.counts("control"), st.counts("implementation")
+        lines.append(f"| {_chapter_link(st)} | {st.entry.part} | {_state_badge(st)} | {c['pass']} | "
+                     f"{c['fail'] + c['unsupported']} | {c['inconclusive']} | {c['not_checkable']} | "
+                     f"{k['pass']}/{sum(k.values())} | {i['pass']}/{sum(i.values())} |")
     failed = [st for st in states if st.state in ("failed", "failed_last_good")]
     if failed:
         lines += ["", "## Chapters that failed to run", ""]
@@ -318,20 +351,38 @@ def dashboard_page(states: list[ChapterState], scale: str) -> str:
             from .execute import describe_failure
 
             lines.append(f"- {_chapter_link(st)}: `{escape(describe_failure(st.failure))}`")
-    lines += ["", "## Claims", "",
-              "| chapter | claim | kind | measured | criterion | paper | verdict |",
-              "|---|---|---|---|---|---|---|"]
-    for st in states:
-        for c in st.claims:
+    seeds_col = " seeds |" if stability else ""
+    for role, title in (("claim", "Paper claims"), ("control", "Controls"), ("implementation", "Implementation checks")):
+        rows = [(st, c) for st in states for c in st.claims if c.get("role", "claim") == role]
+        if not rows:
+            continue
+        lines += ["", f"## {title}: every row", "",
+                  "| chapter | check | kind | measured | criterion | paper | verdict |" + seeds_col,
+                  "|---|---|---|---|---|---|---|" + ("---|" if stability else "")]
+        for st, c in rows:
             statement = escape(c["statement"]).replace("|", "\\|")
+            key = (st.entry.slug, c["id"])
+            badge = verdict_badge(c["verdict"]) + stale_badge(st)
+            if key in fragile:
+                badge += " " + verdict_badge("fragile") + f" <small>{escape(fragile[key])}</small>"
+            crit = escape(c["criterion"] or "")
+            if c.get("min_effect") is not None:
+                crit += f" (smallest effect {_num(c['min_effect'])})"
+            extra = f" {escape(stability.get(key, ''))} |" if stability else ""
             lines.append(
                 f"| {_chapter_link(st)} | `{c['id']}`: {statement} | {c['kind']}"
-                f"{' (wall-clock)' if c.get('volatile') else ''} | {_num(c['measured'])} | "
-                f"{escape(c['criterion'] or '')} | {_num(c['paper_value'])} | {verdict_badge(c['verdict'])}"
-                f"{stale_badge(st)} |"
+                f"{' (wall-clock)' if c.get('volatile') else ''} | {_measured(c['measured'])} | "
+                f"{crit} | {_num(c['paper_value'])} | {badge} |" + extra
             )
     lines += provenance_section(states)
     return "\n".join(lines) + "\n"
+
+
+def _measured(value) -> str:
+    """A measured value for a Markdown table: an interval estimate as ``point [low, high] (n unit)``."""
+    from .claims import _measured_text
+
+    return escape(_measured_text(value)).replace("|", "\\|")
 
 
 def machine_description() -> str:
@@ -498,7 +549,14 @@ def stage_book(registry: Registry, scale: str, profile: str = "local", parameter
         put(str(f.relative_to(paths.BOOK)), f.read_bytes())
     put("references.bib", "\n".join(bib))
     put("_toc.yml", yaml.safe_dump(toc(registry), sort_keys=False))
-    put("dashboard.md", dashboard_page(states, scale))
+    from .expected import fragile_claims
+
+    from . import stability
+
+    sweeps = stability.load(scale)
+    put("dashboard.md", dashboard_page(states, scale, fragile=fragile_claims(scale),
+                                       stability=stability.agreement(sweeps)))
+    put("stability.md", stability.stability_page(sweeps, {c.slug: c.title for c in registry.chapters}))
     put("runtime.md", runtime_page(registry, states, scale, profile))
     for part in registry.parts:
         put(f"parts/{part.id}.md", part_page(registry, part.id, states))
@@ -506,7 +564,8 @@ def stage_book(registry: Registry, scale: str, profile: str = "local", parameter
         if st.state == "finished":
             executed = paths.results_root() / scale / st.entry.slug / f"{st.entry.slug}.ipynb"
             put(f"chapters/{st.entry.slug}.ipynb",  # bookview: as a reader sees it; marked if stale
-                annotate_notebook(chapter_view(executed, st.entry, scale), st))
+                stability.add_to_notebook(annotate_notebook(chapter_view(executed, st.entry, scale), st),
+                                          st.entry.slug, sweeps))
         elif st.state == "failed_last_good":  # the kept result, marked stale, with the failure on top
             from .provenance import LAST_GOOD
 

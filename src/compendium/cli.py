@@ -253,10 +253,10 @@ def cmd_data(args) -> int:
 def cmd_build(args) -> int:
     plan = _plan(args)
     _profile_dir(args.profile)
+    _check_data()
     check_configs(plan, [s for s in plan.params if s in overrides_from_strings(args.set or [], _default_slug(args))])
     if not args.dry_run:
         check_free_space()
-    _check_data()
     args.snakemake_args = ["--nolock", *(args.snakemake_args or [])]
     with _BuildLock(paths.ROOT):
         config_file = _run_config(args, plan, partial=False)
@@ -279,6 +279,62 @@ def cmd_build(args) -> int:
             config_file.unlink(missing_ok=True)
     if rc == 0 and not args.dry_run:
         print(f"\nbook: {paths.ROOT / plan.book_index()}")
+    return rc
+
+
+def cmd_stability(args) -> int:
+    """Rerun ready chapters at further seeds (and their registry sweeps) as Snakemake jobs.
+
+    The variants are ordinary wildcard jobs (``chapter_variant``: parallel, cached, any profile);
+    whatever finished is then aggregated into ``results/<scale>/stability.json`` and the book is
+    rebuilt with its Stability page, per-claim agreement and sweep tables.
+    """
+    import argparse as _argparse
+
+    from . import stability
+
+    plan = _plan(args)
+    _profile_dir(args.profile)
+    _check_data()
+    variants = stability.plan_variants(plan, args.seeds, args.only, sweeps=not args.no_sweeps)
+    slugs = sorted({v.slug for v in variants})
+    if not variants:
+        print("compendium: nothing to sweep (no seeds asked for and no sweeps declared)", file=sys.stderr)
+        return 0
+    targets = [plan.chapter_outputs(s)["claims"] for s in slugs]
+    targets += [stability.variant_outputs(plan.scale, v.slug, v.name)["claims"] for v in variants]
+    ns = _argparse.Namespace(**{**vars(args), "only": None, "force": None, "keep_going": True, "device": "auto"})
+    ns.snakemake_args = ["--nolock", *(args.snakemake_args or [])]
+    if not args.dry_run:
+        check_free_space()
+    with _BuildLock(paths.ROOT):
+        config_file = _run_config(ns, plan, partial=False)
+        try:
+            cmd = _snakemake_cmd(ns, plan, config_file)
+            at = cmd.index("--snakefile")
+            cmd[at:at] = targets
+            print(f"compendium: {len(variants)} variant run(s) of {len(slugs)} chapter(s)", flush=True)
+            rc = _call(cmd)
+            if args.dry_run:
+                return rc
+            out = stability.write(plan, variants)
+            print(f"stability: {out}")
+            data = stability.load(plan.scale)
+            for slug, cid, agree, n in stability.flips(data):
+                print(f"  flips: {slug}/{cid}: {agree}/{n} seeds agree")
+            partial_file = _run_config(ns, plan, partial=True)
+            try:
+                book = _snakemake_cmd(ns, plan, partial_file, partial=True)
+                book += ["--forcerun", plan.book_index()]
+                if _call(book):
+                    print("compendium: the book could not be rebuilt", file=sys.stderr)
+                    rc = rc or 1
+                else:
+                    print(f"book: {paths.ROOT / plan.book_index()}")
+            finally:
+                partial_file.unlink(missing_ok=True)
+        finally:
+            config_file.unlink(missing_ok=True)
     return rc
 
 
@@ -418,6 +474,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="show what would run")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("stability", help="rerun chapters at K further seeds and their declared sweeps; "
+                                         "write results/<scale>/stability.json; rebuild the book")
+    common(p)
+    p.add_argument("--seeds", type=int, default=3, help="how many further seeds per chapter (default 3)")
+    p.add_argument("--only", nargs="+", metavar="SLUG", help="sweep only these chapters")
+    p.add_argument("--no-sweeps", action="store_true", help="seeds only: skip the registry's parameter sweeps")
+    p.add_argument("--profile", default="local", help=f"where it runs: {', '.join(PROFILES)}")
+    p.add_argument("--cores", type=_positive_int, default=None, help="cores for Snakemake (default: the profile's)")
+    p.add_argument("--dry-run", action="store_true", help="show what would run")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
+    p.set_defaults(func=cmd_stability)
 
     p = sub.add_parser("execute", help="execute one chapter notebook now, without Snakemake or the book")
     common(p)
