@@ -270,3 +270,48 @@ def test_tiny_run_is_deterministic():
     assert set(a.regret) == {"random", "lock", "linear"}
     assert a.regret["lock"]["optimistic"].shape == (2, 64)
     assert a.checkpoints == (4, 8, 16, 32, 64)
+
+
+# ---------------------------------------------------------------- hardening: adversaries and ledger statistics
+def test_adversaries_against_brute_force_and_each_other():
+    rng = np.random.default_rng(7)
+    P = rng.dirichlet(np.ones(4), size=5)  # (5, 4)
+    V = rng.normal(size=(5, 4))
+    nominal = np.sum(P * V, axis=-1)
+    for a in paper.ADVERSARIES:
+        np.testing.assert_allclose(paper.adversary_expectation(P, V, 0.0, a), nominal)
+        worst = paper.adversary_expectation(P, V, 0.2, a)
+        assert np.all(worst <= nominal + 1e-12)
+    cont = paper.adversary_expectation(P, V, 0.2, "contamination")
+    np.testing.assert_allclose(cont, 0.8 * nominal + 0.2 * V.min(axis=-1))
+    # contamination lies inside the TV ball of the same radius; KL(2 eps^2) inside it by Pinsker
+    tv = paper.adversary_expectation(P, V, 0.2, "tv")
+    assert np.all(tv <= cont + 1e-12)
+    assert np.all(tv <= paper.adversary_expectation(P, V, 0.2, "kl") + 1e-9)
+    with pytest.raises(ValueError):
+        paper.adversary_expectation(P, V, 0.2, "wasserstein")
+
+
+def test_robustness_by_adversary_matches_the_tv_curve():
+    rob = paper.robustness(4, 4, 2, 3, 1.0, 0.1, (0.0, 0.2), 0.1, (1.0, np.inf), make_rng(0, 1), checked_radius=0.2)
+    tv = rob["by_adversary"]["tv"]
+    np.testing.assert_allclose(tv["returns"]["doubly regularised"], rob["returns"]["doubly regularised"][-1])
+    np.testing.assert_allclose(tv["sweep"], rob["sweep"][:, -1])
+    gain = paper.evaluation.robust_gain(rob, "kl")
+    assert gain.n == 4 and gain.unit == "MDP instances" and gain.low <= gain.point <= gain.high
+    rows = paper.evaluation.beta_sweep_table(rob, (1.0, np.inf))
+    assert [r["adversary"] for r in rows] == list(paper.ADVERSARIES) and all(r["beta"] == 1.0 for r in rows)
+    assert all(r["holds"] in ("yes", "no", "undecided") for r in rows)
+
+
+def test_regret_slope_estimate_and_tail_excess():
+    ev = paper.evaluation
+    rng = np.random.default_rng(0)
+    K = 64
+    per_episode = (1.0 / np.sqrt(np.arange(1, K + 1)))[None, :] * rng.uniform(0.5, 1.5, (20, 1))
+    est = ev.regret_slope_estimate((4, 8, 16, 32, 64), per_episode)
+    assert 0.4 < est.point < 0.6 and est.low <= est.point <= est.high and est.n == 20
+    constant = np.ones((5, K))  # linear regret: the slope is exactly 1 (what a control must show)
+    assert ev.mean_curve_slope((4, 8, 16, 32, 64), constant) == pytest.approx(1.0)
+    worse, better = ev.tail_excess({"a": constant * 2, "b": constant}, "a", "b", 48)
+    np.testing.assert_allclose(worse - better, 1.0)

@@ -67,9 +67,12 @@ import numpy as np
 
 from ...runtime import make_rng
 from . import power, symbolic
+from . import evaluation
 from .agents import CONFIDENCE, linear_regret, loglog_slope, optimal_start_value, tabular_regret
 from .environments import LinearMDP, TabularMDP, combination_lock, linear_mdp, random_mdp
 from .experiments import (
+    ADVERSARIES,
+    adversary_expectation,
     KERNEL_KINDS,
     certificate,
     certificate_kernels,
@@ -229,7 +232,8 @@ def run(config: Config) -> Result:
 
     perturbations = tuple(sorted(set(PERTURBATIONS) | {float(c.perturbation)}))
     robust = robustness(c.robust_seeds, c.num_states, c.num_actions, c.horizon, c.beta, c.temperature,
-                        perturbations, c.constrained_radius, BETA_SWEEP, make_rng(c.seed, 10))
+                        perturbations, c.constrained_radius, BETA_SWEEP, make_rng(c.seed, 10),
+                        checked_radius=float(c.perturbation))
     continuous = continuous_action_errors(CONTINUOUS_INSTANCES, make_rng(c.seed, 11))
     return Result(symbolic=sym, duals=duals, certificate=cert, regret=regret, checkpoints=checkpoints,
                   slopes=slopes, robustness=robust, perturbations=perturbations, continuous=continuous, bound=bound)
@@ -245,5 +249,6 @@ __all__ = [
     "gaussian_soft_value", "gaussian_soft_policy", "quadrature_soft_value",
     "tabular_regret", "linear_regret", "loglog_slope", "optimal_start_value",
     "dual_identity_errors", "certificate", "robustness", "worst_case_returns", "planned_policy",
+    "ADVERSARIES", "adversary_expectation", "evaluation",
     "continuous_action_errors",
 ]

@@ -149,16 +149,43 @@ def certificate(mdp: TabularMDP, beta: float, temperature: float, num_kernels: i
     return dict(slack=slack, control=control, tight=tight, kind=kind)
 
 
-def worst_case_returns(mdp: TabularMDP, policies: np.ndarray, radii, temperature: float) -> np.ndarray:
-    """Soft return from state 0 under the worst kernel in the total-variation ball of each radius.
+ADVERSARIES = ("tv", "kl", "contamination")  # declared before the robustness runs (issue 21)
+
+
+def adversary_expectation(P, V, radius: float, adversary: str = "tv") -> np.ndarray:
+    r"""Worst next-state expectation of ``V`` for one adversary of size ``radius`` (shape (...)).
+
+    ``'tv'``: the total-variation ball :math:`\tfrac12\|q-P\|_1\le\varepsilon`;
+    ``'kl'``: the KL ball :math:`KL(q\|P)\le 2\varepsilon^2` (the radius at which Pinsker's
+    inequality puts it inside the TV ball of radius :math:`\varepsilon`);
+    ``'contamination'``: :math:`q=(1-\varepsilon)P+\varepsilon\,\delta_{s'}` with the worst state
+    :math:`s'`, i.e. :math:`(1-\varepsilon)E_P V+\varepsilon\min V`.
+    """
+    if adversary == "tv":
+        return tv_worst_expectation(P, V, radius)
+    P, V = np.broadcast_arrays(np.asarray(P, float), np.asarray(V, float))
+    if radius == 0:
+        return np.sum(P * V, axis=-1)
+    if adversary == "kl":
+        return kl_ball_expectation(P, V, 2.0 * radius**2)
+    if adversary == "contamination":
+        if not 0 <= radius <= 1:
+            raise ValueError(f"radius must lie in [0, 1], got {radius}")
+        return (1.0 - radius) * np.sum(P * V, axis=-1) + radius * V.min(axis=-1)
+    raise ValueError(f"adversary must be one of {ADVERSARIES}, got {adversary!r}")
+
+
+def worst_case_returns(mdp: TabularMDP, policies: np.ndarray, radii, temperature: float,
+                       adversary: str = "tv") -> np.ndarray:
+    """Soft return from state 0 under the worst kernel of ``adversary`` at each radius.
 
     ``policies (H, R, S, A)``; returns (len(radii), R). The adversary is (s, a)-rectangular and
-    adapts to the policy by dynamic programming.
+    adapts to the policy by dynamic programming (:func:`adversary_expectation`).
     """
     pi_ref = np.full(mdp.kernel.shape[:-1], 1.0 / mdp.num_actions)
     out = []
     for eps in radii:
-        cont = lambda V, h, eps=eps: tv_worst_expectation(mdp.kernel, V[..., None, None, :], eps)  # noqa: E731
+        cont = lambda V, h, eps=eps: adversary_expectation(mdp.kernel, V[..., None, None, :], eps, adversary)  # noqa: E731
         _, v = dr_backward(cont, mdp.reward, mdp.horizon, pi_ref, temperature, policies=policies)
         out.append(v[0][:, 0])
     return np.array(out)
@@ -176,12 +203,15 @@ def planned_policy(mdp: TabularMDP, temperature: float, beta=None, kl_radius=Non
 
 
 def robustness(num_seeds: int, num_states: int, num_actions: int, horizon: int, beta: float, temperature: float,
-               radii, kl_radius: float, betas, rng: np.random.Generator) -> dict:
+               radii, kl_radius: float, betas, rng: np.random.Generator, checked_radius: float | None = None) -> dict:
     """Worst-case soft returns of the doubly regularised, non-robust and KL-ball policies.
 
-    Returns ``returns`` {method: (len(radii), num_seeds)}, ``sweep`` (len(betas), len(radii),
-    num_seeds) for the beta sweep, and ``cvxpy_agreement``: the largest gap between the 1-D dual
-    and cvxpy on every KL-ball step of the first instance's constrained value iteration.
+    Returns ``returns`` {method: (len(radii), num_seeds)} and ``sweep`` (len(betas), len(radii),
+    num_seeds) against the TV adversary; ``by_adversary`` {adversary: {'returns': {method:
+    (num_seeds,)}, 'sweep': (len(betas), num_seeds)}} for every adversary of :data:`ADVERSARIES`
+    at ``checked_radius`` (default: the largest radius); and ``cvxpy_agreement``: the largest gap
+    between the 1-D dual and cvxpy on every KL-ball step of the first instance's constrained
+    value iteration.
     """
     mdp = random_mdp(num_seeds, num_states, num_actions, horizon, rng)
     policies = {
@@ -190,8 +220,20 @@ def robustness(num_seeds: int, num_states: int, num_actions: int, horizon: int, 
         "KL-ball robust": planned_policy(mdp, temperature, kl_radius=kl_radius),
     }
     returns = {name: worst_case_returns(mdp, pi, radii, temperature) for name, pi in policies.items()}
-    sweep = np.array([worst_case_returns(mdp, planned_policy(mdp, temperature, beta=b), radii, temperature)
-                      for b in betas])
+    sweep_policies = [planned_policy(mdp, temperature, beta=b) for b in betas]
+    sweep = np.array([worst_case_returns(mdp, pi, radii, temperature) for pi in sweep_policies])
+    eps = float(max(radii) if checked_radius is None else checked_radius)
+    # every policy against every adversary in one batched dynamic programme per adversary
+    # (the instances are tiled once per policy along the run axis)
+    stacked = list(policies.values()) + sweep_policies
+    copies = len(stacked)
+    tiled = TabularMDP(np.concatenate([mdp.kernel] * copies), np.concatenate([mdp.reward] * copies), mdp.horizon)
+    all_pi = np.concatenate(stacked, axis=1)  # (H, copies * R, S, A)
+    by_adversary = {}
+    for adversary in ADVERSARIES:
+        values = worst_case_returns(tiled, all_pi, [eps], temperature, adversary)[0].reshape(copies, num_seeds)
+        by_adversary[adversary] = {"returns": dict(zip(policies, values[: len(policies)])),
+                                   "sweep": values[len(policies):]}
     # cvxpy reference for the constrained baseline on the first instance
     pi_ref = np.full((num_states, num_actions), 1.0 / num_actions)
     P0, r0 = mdp.kernel[0], mdp.reward[0]
@@ -203,7 +245,8 @@ def robustness(num_seeds: int, num_states: int, num_actions: int, horizon: int, 
         return reference
 
     dr_backward(cvxpy_step, r0, horizon, pi_ref, temperature)
-    return dict(returns=returns, sweep=sweep, cvxpy_agreement=float(max(gaps)))
+    return dict(returns=returns, sweep=sweep, by_adversary=by_adversary, checked_radius=eps,
+                cvxpy_agreement=float(max(gaps)))
 
 
 def continuous_action_errors(num_instances: int, rng: np.random.Generator) -> dict:
