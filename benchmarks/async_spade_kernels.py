@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from compendium.kernels import quest_pages, sparse_decode
+from compendium.kernels import quest_pages, routing, sparse_decode
 
 
 def _median_time(fn, reps: int, cuda: bool) -> float:
@@ -59,6 +59,8 @@ def main() -> None:
     idx = torch.argsort(torch.rand(b, hkv, context, device=device, generator=g), -1)[..., :budget]
     kmin, kmax, valid = quest_pages.page_metadata(k, args.page)
     top_pages = max(1, budget // args.page)
+    z_route = torch.randn(8192, 128, device=device, generator=g)
+    g_route = routing.gumbel_noise((8192, 128), torch.Generator().manual_seed(1)).to(device)
     print(f"device={device} B={b} H={h} H_kv={hkv} d={d} T={context} budget={budget} page={args.page}")
 
     rows = [
@@ -67,7 +69,11 @@ def main() -> None:
          lambda: sparse_decode.sparse_decode_triton(q, k, v, idx, num_splits=8, block_n=32)),
         ("quest scores + top-k",
          lambda: quest_pages.quest_topk_reference(q, kmin, kmax, valid, top_pages),
-         lambda: quest_pages.quest_topk_triton(q, kmin, kmax, valid, top_pages, block_pages=128)),
+         # 32 pages per program: a 32 x d tile and at most 32 unrolled arg-max rounds (no spill)
+         lambda: quest_pages.quest_topk_triton(q, kmin, kmax, valid, top_pages, block_pages=32)),
+        ("expert-sample routing (8192 x 128, k=8)",
+         lambda: routing.expert_sample_route_reference(z_route, g_route, 8, 4, 16, 1.0),
+         lambda: routing.expert_sample_route_triton(z_route, g_route, 8, 4, 16, 1.0)),
         ("dense decode attention (for scale)",
          lambda: sparse_decode.dense_masked_reference(q, k, v, idx), None),
     ]
@@ -78,6 +84,8 @@ def main() -> None:
             continue
         if name.startswith("sparse"):
             err = float((ref() - kernel()).abs().max())
+        elif name.startswith("expert"):
+            err = float((ref()[1] - kernel()[1]).abs().max())
         else:
             err = float((ref()[0] - kernel()[0]).abs().max())
         t_ker = _median_time(kernel, args.reps, cuda)

@@ -27,6 +27,14 @@ CASES = [
 SCRIPT = r"""
 import json, sys, torch
 from compendium.kernels.routing import expert_sample_route_reference, expert_sample_route_triton, gumbel_noise
+import os as _os
+DEV = _os.environ.get("COMPENDIUM_KERNEL_DEVICE", "cpu")
+
+
+def on_dev(fn, *args, **kwargs):
+    # run a Triton entry point on DEV (cpu = the interpreter, cuda = compiled); results on the CPU
+    out = fn(*[a.to(DEV) if torch.is_tensor(a) else a for a in args], **kwargs)
+    return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
 out = []
 for rows, experts, k, head, pool, tau in json.loads(sys.argv[1]):
     gen = torch.Generator().manual_seed(rows)
@@ -34,15 +42,26 @@ for rows, experts, k, head, pool, tau in json.loads(sys.argv[1]):
     z[0, :4] = 0.25                                   # ties break towards the lower index in both
     g = gumbel_noise((rows, experts), gen)
     i_ref, w_ref = expert_sample_route_reference(z, g, k, head, pool, tau)
-    i_ker, w_ker = expert_sample_route_triton(z, g, k, head, pool, tau)
+    i_ker, w_ker = on_dev(expert_sample_route_triton, z, g, k, head, pool, tau)
     out.append({"indices_equal": bool(torch.equal(i_ker, i_ref)), "shape_ok": tuple(i_ker.shape) == (rows, k),
                 "max_weight_error": float((w_ker - w_ref).abs().max())})
 print(json.dumps(out))
 """
 
 
+def kernel_env():
+    """Interpreter on the CPU by default; compiled on CUDA when COMPENDIUM_KERNEL_DEVICE=cuda
+    (benchmarks/gpu_check.sh sets it on a GPU machine)."""
+    env = dict(os.environ)
+    if env.get("COMPENDIUM_KERNEL_DEVICE", "cpu") == "cuda":
+        env.pop("TRITON_INTERPRET", None)
+    else:
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
 def test_kernel_equals_reference_in_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = kernel_env()
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

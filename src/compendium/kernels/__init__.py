@@ -17,3 +17,35 @@ routing
     Expert-Sample routing (keep the top-h experts, Gumbel-sample the tail) fused in one kernel.
     Used by the Expert-Sample chapter.
 """
+
+
+def triton_available() -> bool:
+    """Whether Triton can be imported (checked without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+def use_triton(backend: str, tensor, *, why_not: str | None = None, name: str = "kernel") -> bool:
+    """The dispatch rule shared by every kernel.
+
+    ``backend='triton'`` forces the kernel (errors propagate); ``'reference'`` forces PyTorch;
+    ``'auto'`` picks Triton for CUDA tensors, but falls back to the reference with a
+    :class:`RuntimeWarning` when Triton is not installed or the inputs are outside what the kernel
+    supports (``why_not``, e.g. a head size that is not a power of two), instead of raising.
+    """
+    import warnings
+
+    if backend not in ("auto", "triton", "reference"):
+        raise ValueError(f"backend must be 'auto', 'triton' or 'reference', got {backend!r}")
+    if backend != "auto":
+        return backend == "triton"
+    if not getattr(tensor, "is_cuda", False):
+        return False
+    if not triton_available():
+        warnings.warn(f"{name}: Triton is not installed; using the PyTorch reference on CUDA", RuntimeWarning, stacklevel=3)
+        return False
+    if why_not:
+        warnings.warn(f"{name}: {why_not}; using the PyTorch reference", RuntimeWarning, stacklevel=3)
+        return False
+    return True

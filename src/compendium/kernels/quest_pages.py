@@ -22,7 +22,7 @@ import math
 
 import torch
 
-__all__ = ["page_metadata", "quest_scores_reference", "quest_topk_reference", "quest_topk_triton"]
+__all__ = ["page_metadata", "quest_scores_reference", "quest_topk", "quest_topk_reference", "quest_topk_triton"]
 
 
 def page_metadata(keys: torch.Tensor, page_size: int, length: torch.Tensor | int | None = None):
@@ -71,13 +71,22 @@ def quest_scores_reference(q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tens
     return u.sum(2)
 
 
+def _mark_invalid(values: torch.Tensor, indices: torch.Tensor):
+    """Slots past the valid pages (score -inf) get index -1, so no invalid page is ever selected
+    and no page appears twice (with ``k`` above the number of valid pages, top-k would otherwise
+    return arbitrary invalid pages, and the block merge could return one twice)."""
+    return values, torch.where(torch.isfinite(values), indices, torch.full_like(indices, -1))
+
+
 def quest_topk_reference(q, kmin, kmax, page_valid, k: int):
-    """Top-``k`` pages by the Quest bound: (values, indices), each (B, H_kv, k)."""
+    """Top-``k`` pages by the Quest bound: (values, indices), each (B, H_kv, k).
+
+    When fewer than ``k`` pages are valid, the extra slots hold value ``-inf`` and index ``-1``."""
     scores = quest_scores_reference(q, kmin, kmax)
     if not 1 <= k <= scores.shape[-1]:
         raise ValueError(f"k must be in [1, {scores.shape[-1]}], got {k}")
     scores = scores.masked_fill(~page_valid[:, None, :], float("-inf"))
-    return torch.topk(scores, k, dim=-1)
+    return _mark_invalid(*torch.topk(scores, k, dim=-1))
 
 
 @functools.cache  # compile once, on first use (Triton is imported only here)
@@ -121,8 +130,15 @@ def _build_kernel():
 def quest_topk_triton(q, kmin, kmax, page_valid, k: int, *, block_pages: int = 32):
     """Triton version of :func:`quest_topk_reference` (scores fused with a block-local top-k).
 
-    Returns (values, indices), each (B, H_kv, k), sorted by decreasing score. ``d`` must be a
-    power of two; runs on CUDA, or on CPU under ``TRITON_INTERPRET=1``.
+    Returns (values, indices), each (B, H_kv, k), sorted by decreasing score; slots past the valid
+    pages hold ``-inf`` and ``-1`` as in the reference. ``d`` must be a power of two; runs on CUDA,
+    or on CPU under ``TRITON_INTERPRET=1``.
+
+    Design: each program scores ``block_pages`` pages and keeps its top ``min(k, block_pages)``
+    with that many masked arg-max rounds (unrolled). Keep ``block_pages * d`` small: a 256 x 64
+    float32 tile is 64 KB per operand and ``k = 128`` rounds spill registers, which is why the
+    benchmark's defaults are block_pages = 32 and k <= 32 per block (the block winners are merged
+    by one ``torch.topk``).
     """
     batch, heads, dim = q.shape
     kv_heads, pages = kmin.shape[1], kmin.shape[2]
@@ -146,4 +162,17 @@ def quest_topk_triton(q, kmin, kmax, page_valid, k: int, *, block_pages: int = 3
     vals = vals.view(batch, kv_heads, num_blocks * k_local)
     idx = idx.view(batch, kv_heads, num_blocks * k_local).long()
     best_v, where = torch.topk(vals, k, dim=-1)                        # merge the block winners
-    return best_v, torch.gather(idx, -1, where)
+    return _mark_invalid(best_v, torch.gather(idx, -1, where))
+
+
+def quest_topk(q, kmin, kmax, page_valid, k: int, *, backend: str = "auto"):
+    """Dispatch: the Triton kernel on CUDA (``backend='auto'``), the reference elsewhere; on CUDA,
+    ``auto`` falls back to the reference with a warning when Triton is missing or ``d`` is not a
+    power of two."""
+    from . import use_triton
+
+    dim = q.shape[-1]
+    why = None if not dim & (dim - 1) else f"head size {dim} is not a power of two"
+    if use_triton(backend, q, why_not=why, name="quest_topk"):
+        return quest_topk_triton(q, kmin, kmax, page_valid, k)
+    return quest_topk_reference(q, kmin, kmax, page_valid, k)

@@ -164,9 +164,10 @@ def expert_sample_route_triton(logits: torch.Tensor, gumbel: torch.Tensor, k: in
 
 
 def expert_sample_route(logits, gumbel, k, head, pool, tau, *, backend: str = "auto"):
-    """Dispatch: the Triton kernel on CUDA (``backend='auto'``), the reference elsewhere."""
-    if backend not in ("auto", "triton", "reference"):
-        raise ValueError(f"backend must be 'auto', 'triton' or 'reference', got {backend!r}")
-    if backend == "triton" or (backend == "auto" and logits.is_cuda):
+    """Dispatch: the Triton kernel on CUDA (``backend='auto'``), the reference elsewhere; on CUDA,
+    ``auto`` falls back to the reference with a warning when Triton is missing."""
+    from . import use_triton
+
+    if use_triton(backend, logits, name="expert_sample_route"):
         return expert_sample_route_triton(logits, gumbel, k, head, pool, tau)
     return expert_sample_route_reference(logits, gumbel, k, head, pool, tau)

@@ -11,6 +11,24 @@ into ``num_splits`` chunks, each program (batch, query head, split) streams its 
 online softmax and writes a partial (max, sum, accumulator); the partials are merged exactly in
 PyTorch (log-sum-exp rescaling). Index entries equal to ``-1`` are padding and are ignored, so
 index sets of different sizes fit one tensor. Triton is imported lazily.
+
+Contract (both paths, tested under the interpreter):
+
+* **Distinct indices.** An index set lists each position at most once per (batch, key/value
+  head). A duplicate is a caller error that is not checked (a sort per step would cost more than
+  the attention): the gather paths then count that key twice, while the masked definition
+  (:func:`dense_masked_reference`) counts it once.
+* **Empty sets.** A row whose indices are all padding has no key to attend to; both paths return
+  NaN there (0/0), and callers always include at least the newest position.
+* **Precision.** The kernel accumulates in float32 whatever the input dtype; with bfloat16 inputs
+  it stays within about 1e-2 of the float32 reference (the bf16 rounding of the output), while the
+  bf16 reference itself rounds every intermediate.
+
+Design: one program per (batch, query head, split). Under GQA the ``GROUP`` query heads of a
+key/value head each stream the same keys, so K/V is read ``GROUP`` times; at decode sizes (a few
+hundred selected keys of 64-128 floats) those re-reads hit L2, and a program per group would need
+a (BLOCK_N, GROUP) tile and ``tl.dot`` with GROUP padded to 16. We keep the simpler layout until a
+GPU benchmark (``benchmarks/gpu_check.sh``) shows the re-reads matter.
 """
 
 from __future__ import annotations
@@ -175,9 +193,14 @@ def sparse_decode_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tens
 
 
 def sparse_decode(q, keys, values, indices, *, backend: str = "auto") -> torch.Tensor:
-    """Dispatch: the Triton kernel on CUDA (``backend='auto'``), the reference elsewhere."""
-    if backend not in ("auto", "triton", "reference"):
-        raise ValueError(f"backend must be 'auto', 'triton' or 'reference', got {backend!r}")
-    if backend == "triton" or (backend == "auto" and q.is_cuda):
+    """Dispatch: the Triton kernel on CUDA (``backend='auto'``), the reference elsewhere.
+
+    On CUDA, ``auto`` falls back to the reference with a warning when Triton is missing or the head
+    size is not a power of two >= 16 (see :func:`compendium.kernels.use_triton`)."""
+    from . import use_triton
+
+    dim = q.shape[-1]
+    why = None if dim >= 16 and not dim & (dim - 1) else f"head size {dim} is not a power of two >= 16"
+    if use_triton(backend, q, why_not=why, name="sparse_decode"):
         return sparse_decode_triton(q, keys, values, indices)
     return sparse_decode_reference(q, keys, values, indices)
