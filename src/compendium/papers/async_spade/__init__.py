@@ -27,15 +27,17 @@ Small-scale deviations:
   the paper's TPOT ratios in the ledger.
 """
 
-from .decode import select_indices, timed_decode
-from .experiment import Config, Result, cost_model, kernel_exactness, quest_bound_slack, run
+from .decode import run_on_side_stream, select_indices, select_quest, timed_decode
+from .experiment import (MIN_RECALL_EFFECT, Config, Result, cost_model, cost_model_curve, crossover_context, kernel_exactness,
+                         model_level_differences, models_for_resolution, quest_bound_slack, run)
 from .lm import ModelSettings, TinyDecoder, build_asset, load_models, make_sequences, settings_for, train_model
-from .sparse import (paired_bootstrap_ci, predict_queries, prediction_cosine, quest_selection, query_cosine_by_lag, true_attention,
+from .sparse import (predict_queries, prediction_cosine, quest_selection, query_cosine_by_lag, true_attention,
                      recall_and_mass, select, token_selection)
 
 __all__ = [
     "Config", "Result", "run", "cost_model", "kernel_exactness", "quest_bound_slack",
     "ModelSettings", "TinyDecoder", "build_asset", "load_models", "make_sequences", "settings_for", "train_model",
-    "predict_queries", "token_selection", "quest_selection", "select", "recall_and_mass", "paired_bootstrap_ci",
+    "predict_queries", "token_selection", "quest_selection", "select", "recall_and_mass", "run_on_side_stream", "select_quest",
+    "MIN_RECALL_EFFECT", "cost_model_curve", "crossover_context", "model_level_differences", "models_for_resolution",
     "query_cosine_by_lag", "prediction_cosine", "select_indices", "timed_decode",
 ]

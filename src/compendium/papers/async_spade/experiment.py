@@ -12,9 +12,10 @@ import torch
 from ...kernels.quest_pages import page_metadata, quest_scores_reference
 from ...kernels.sparse_decode import dense_masked_reference, sparse_decode_reference
 from ...runtime import make_rng
+from ...stats import Estimate, mean_interval
 from .decode import timed_decode
 from .lm import make_sequences
-from .sparse import (mask_from_scores, mass_at_steps, method_scores, paired_bootstrap_ci, prediction_cosine, predict_queries,
+from .sparse import (mask_from_scores, mass_at_steps, method_scores, prediction_cosine, predict_queries,
                      query_cosine_by_lag, recall_and_mass, select, true_attention)
 
 SELECTORS = ("oracle", "ridge", "last", "mean", "quest")
@@ -70,7 +71,8 @@ class Result:
     answer_mass: dict       # method -> (models,) attention mass kept at the steps that must answer
     cosine_lag: np.ndarray  # (lags,) cos(q_t, q_{t-lag}), mean over models/layers/heads
     prediction_cosine: dict  # predictor -> mean cos(q_hat_t, q_t)
-    cis: dict               # name -> (mean, low, high) paired bootstrap of differences
+    estimates: dict         # name -> Estimate over trained models (per-model mean differences)
+    per_model: dict         # name -> (models,) per-model mean difference behind each estimate
     exactness_error: float  # max |sparse gather - dense masked| over the random shapes
     quest_min_slack: float  # min over cases of U(q, page) - max_k q.k
     cost_model: dict        # critical-path cache reads per step (deterministic proxy of TPOT)
@@ -120,6 +122,55 @@ def cost_model(context: int, budget: int, page_size: int, window: int) -> dict:
     asynchronously: only the 2B (plus the W-query window shipped to the selector)."""
     return {"full": 2 * context, "quest": 2 * math.ceil(context / page_size) + 2 * budget,
             "token_sync": context + 2 * budget, "token_async": 2 * budget + window}
+
+
+MIN_RECALL_EFFECT = 0.01  # smallest recall difference of interest (one point of recall), fixed in advance
+
+
+def model_level_differences(recall: dict, accuracy: dict, config: Config) -> tuple[dict, dict]:
+    """Per-model mean differences and their t intervals over the trained models.
+
+    The (model, sequence) units of ``recall`` share their model, so the unit of replication is the
+    model: each model's sequences are averaged first and the interval is a t interval over models
+    (:func:`compendium.stats.mean_interval`; with five clusters a percentile bootstrap over models
+    would undercover). Accuracy differences are in points.
+    """
+    k = config.model_seeds
+    per_model = {}
+    for b in config.budgets:
+        for a, c in (("ridge", "quest"), ("ridge", "last")):
+            d = (recall[(a, b)] - recall[(c, b)]).reshape(k, -1).mean(1)
+            per_model[f"{a}_minus_{c}_{b}"] = d
+    per_model["accuracy_ridge_minus_quest"] = 100 * (accuracy["ridge"] - accuracy["quest"])
+    estimates = {name: mean_interval(v, unit="trained models") for name, v in per_model.items()}
+    return per_model, estimates
+
+
+def models_for_resolution(per_model: np.ndarray, min_effect: float, level: float = 0.95, max_models: int = 1000) -> int:
+    """Power analysis: the fewest models whose t interval half-width is at most ``min_effect / 2``,
+    taking the spread between models from ``per_model`` (so a true effect of ``min_effect`` would
+    be decided, not left inconclusive, in a typical run)."""
+    import scipy.stats
+
+    sd = float(np.std(per_model, ddof=1))
+    for n in range(2, max_models + 1):
+        if scipy.stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) <= min_effect / 2:
+            return n
+    return max_models
+
+
+def cost_model_curve(contexts, budget: int, page_size: int, window: int) -> dict:
+    """The cost-model ratios as a function of the context T (closed-form arithmetic of T, B, P, W)."""
+    rows = [cost_model(int(t), budget, page_size, window) for t in contexts]
+    return {"context": np.array(contexts), "vs_quest": np.array([r["token_async"] / r["quest"] for r in rows]),
+            "vs_full": np.array([r["token_async"] / r["full"] for r in rows])}
+
+
+def crossover_context(ratio: float, budget: int, page_size: int, window: int) -> int:
+    """Smallest context T (a multiple of the page) at which token_async / quest <= ``ratio``:
+    (2B + W) <= ratio (2 T / P + 2B)  <=>  T >= P ((2B + W) / ratio - 2B) / 2."""
+    t = page_size * ((2 * budget + window) / ratio - 2 * budget) / 2
+    return int(math.ceil(t / page_size) * page_size)
 
 
 def _selection_kwargs(config: Config) -> dict:
@@ -185,16 +236,10 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
     mass = {k: np.concatenate(v) for k, v in mass.items()}
     accuracy = {k: np.array(v) for k, v in accuracy.items()}
     answer_mass = {k: np.array(v) for k, v in answer_mass.items()}
-    rng = make_rng(config.seed, 20)
-    cis = {}
-    for b in config.budgets:
-        cis[f"ridge_minus_quest_{b}"] = paired_bootstrap_ci(recall[("ridge", b)] - recall[("quest", b)],
-                                                            config.bootstrap_resamples, rng)
-        cis[f"ridge_minus_last_{b}"] = paired_bootstrap_ci(recall[("ridge", b)] - recall[("last", b)],
-                                                           config.bootstrap_resamples, rng)
+    per_model, estimates = model_level_differences(recall, accuracy, config)
     result = Result(
         recall=recall, mass=mass, accuracy=accuracy, answer_mass=answer_mass, cosine_lag=np.mean(lags, axis=0),
-        prediction_cosine={p: float(np.mean(v)) for p, v in pcos.items()}, cis=cis,
+        prediction_cosine={p: float(np.mean(v)) for p, v in pcos.items()}, estimates=estimates, per_model=per_model,
         exactness_error=kernel_exactness(config.exactness_shapes, make_rng(config.seed, 30)),
         quest_min_slack=quest_bound_slack(config.quest_bound_cases, make_rng(config.seed, 31)),
         cost_model=cost_model(context, config.accuracy_budget, config.page_size, config.window),
@@ -215,12 +260,14 @@ def measure_tpot(config: Config, model, context: int, device: str = "cpu") -> di
               window=config.window, ridge_lambda=config.ridge_lambda, ar_order=config.ar_order)
     timed_decode(model, tokens, prefix, min(3, steps), "sync", **kw)   # warm-up
     out = {}
-    for mode in ("full", "sync", "async"):
-        times, sel, events = timed_decode(model, tokens, prefix, steps, mode, **kw)
+    for mode in ("full", "sync", "quest", "async"):
+        times, sel, events = timed_decode(model, tokens, prefix, steps, mode, page_size=config.page_size, **kw)
         out[mode] = float(np.median(times))
         if mode == "sync":
             out["t_sel"] = float(np.median(sel))
             out["t_fwd"] = float(np.median(times - sel))
+        if mode == "quest":
+            out["quest_sel"] = float(np.median(sel))
         if mode == "async":
             out["events"] = events
             out["async_wait"] = float(np.median(sel))

@@ -220,15 +220,6 @@ def mass_at_steps(mask: torch.Tensor, probs: torch.Tensor, rows: torch.Tensor) -
     return float(kept_mass(mask, probs).mean(1)[rows].mean())
 
 
-def paired_bootstrap_ci(diff: np.ndarray, resamples: int, rng: np.random.Generator, level: float = 0.95):
-    """Percentile bootstrap CI of the mean of paired differences ``diff`` (n,)."""
-    diff = np.asarray(diff, dtype=float)
-    draws = rng.integers(0, diff.size, size=(resamples, diff.size))
-    means = diff[draws].mean(1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(diff.mean()), float(lo), float(hi)
-
-
 def query_cosine_by_lag(Q: torch.Tensor, max_lag: int) -> np.ndarray:
     """Mean cosine similarity between ``q_t`` and ``q_{t-lag}`` for lag = 1..max_lag."""
     qn = torch.nn.functional.normalize(Q, dim=-1)
