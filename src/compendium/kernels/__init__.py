@@ -16,6 +16,9 @@ quest_pages
 routing
     Expert-Sample routing (keep the top-h experts, Gumbel-sample the tail) fused in one kernel.
     Used by the Expert-Sample chapter.
+gat_aggregation
+    Masked-softmax neighbour aggregation of a dense GAT layer, one program per row. Checked in
+    the graph-alignment chapter's tests (the chapter's models use torch_geometric's GATConv).
 """
 
 
