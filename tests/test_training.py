@@ -140,3 +140,53 @@ def test_a_non_scalar_loss_is_refused():
     lin = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="scalar"):
         fit(lin, lambda step: lin(torch.ones(3, 2)), TrainSpec(max_steps=1, learning_rate=1e-3))
+
+
+def test_linear_decay_equals_the_hand_written_rate_bit_for_bit():
+    spec = TrainSpec(max_steps=37, learning_rate=3e-3, warmup_steps=5, schedule="linear_decay", final_fraction=0.1)
+    for k in range(37):  # the warm-up-then-linear-decay rule a chapter wrote by hand
+        assert learning_rate_at(spec, k) == 3e-3 * min(1.0, (k + 1) / 5) * (0.1 + 0.9 * (1 - k / 37))
+    plain = TrainSpec(max_steps=10, learning_rate=1.0, schedule="linear_decay")
+    assert learning_rate_at(plain, 0) == 1.0 and learning_rate_at(plain, 5) == 0.5
+    with pytest.raises(ValueError, match="final_fraction"):
+        TrainSpec(max_steps=5, learning_rate=1e-3, final_fraction=0.1)  # only for linear_decay
+    with pytest.raises(ValueError, match="final_fraction"):
+        TrainSpec(max_steps=5, learning_rate=1e-3, schedule="linear_decay", final_fraction=1.5)
+
+
+def test_fit_with_a_torch_scheduler_equals_the_hand_written_loop_bit_for_bit():
+    x, y = _task()
+
+    def adam_one_cycle(model):
+        opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+        return opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=40, pct_start=0.1)
+
+    a = _model(2)
+    opt, sched = adam_one_cycle(a)
+    fit(a, _loss_fn(a, x, y, np.random.default_rng(4)), TrainSpec(max_steps=40, learning_rate=5e-3),
+        optimizer=opt, scheduler=sched)
+
+    b = _model(2)  # the reference: Adam with OneCycleLR (which also cycles beta1), stepped by hand
+    opt, sched = adam_one_cycle(b)
+    rng = np.random.default_rng(4)
+    with torch_threads(1):
+        for _ in range(40):
+            idx = torch.as_tensor(rng.integers(0, len(x), 32))
+            loss = torch.nn.functional.cross_entropy(b(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+
+
+def test_a_scheduler_must_own_the_rate_alone():
+    lin = torch.nn.Linear(2, 1)
+    opt = torch.optim.Adam(lin.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    loss = lambda step: lin(torch.ones(1, 2)).sum()  # noqa: E731
+    with pytest.raises(ValueError, match="optimizer"):
+        fit(lin, loss, TrainSpec(max_steps=1, learning_rate=1e-3), scheduler=sched)
+    with pytest.raises(ValueError, match="constant"):
+        fit(lin, loss, TrainSpec(max_steps=1, learning_rate=1e-3, schedule="cosine"), optimizer=opt, scheduler=sched)

@@ -31,7 +31,7 @@ import torch
 
 __all__ = ["TrainSpec", "TrainLog", "fit", "learning_rate_at", "seeded_init", "torch_threads"]
 
-SCHEDULES = ("constant", "cosine")
+SCHEDULES = ("constant", "cosine", "linear_decay")
 
 
 @contextmanager
@@ -79,8 +79,12 @@ class TrainSpec:
         Clip the global gradient norm to this value before each step (None: no clipping).
     warmup_steps : int
         Linear warm-up: step ``k`` (0-based) uses ``lr * min(1, (k + 1) / warmup_steps)``.
-    schedule : {'constant', 'cosine'}
-        After the warm-up, a constant rate or ``lr * (1 + cos(pi * k / max_steps)) / 2``.
+    schedule : {'constant', 'cosine', 'linear_decay'}
+        After the warm-up, a constant rate, ``lr * (1 + cos(pi * k / max_steps)) / 2``, or
+        ``lr * (f + (1 - f) * (1 - k / max_steps))`` with ``f = final_fraction`` (linear decay
+        towards ``f * lr``).
+    final_fraction : float
+        Where ``'linear_decay'`` ends, as a fraction of the peak rate (0 for the other schedules).
     threads : int
         torch threads while training (restored afterwards).
     check_every : int
@@ -98,6 +102,7 @@ class TrainSpec:
     grad_clip: float | None = None
     warmup_steps: int = 0
     schedule: str = "constant"
+    final_fraction: float = 0.0
     threads: int = 1
     check_every: int = 0
     target: float | None = None
@@ -118,6 +123,10 @@ class TrainSpec:
             raise ValueError(f"TrainSpec.grad_clip must be positive or None, got {self.grad_clip!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"TrainSpec.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not (0.0 <= self.final_fraction <= 1.0):
+            raise ValueError(f"TrainSpec.final_fraction must be in [0, 1], got {self.final_fraction!r}")
+        if self.final_fraction and self.schedule != "linear_decay":
+            raise ValueError("TrainSpec.final_fraction applies to the 'linear_decay' schedule only")
         if self.target is not None and self.check_every == 0:
             raise ValueError("TrainSpec.target needs check_every > 0 (a stopping rule needs a check)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
@@ -130,6 +139,8 @@ def learning_rate_at(spec: TrainSpec, step: int) -> float:
         lr *= min(1.0, (step + 1) / spec.warmup_steps)
     if spec.schedule == "cosine":
         lr *= 0.5 * (1.0 + math.cos(math.pi * step / spec.max_steps))
+    elif spec.schedule == "linear_decay":
+        lr *= spec.final_fraction + (1.0 - spec.final_fraction) * (1 - step / spec.max_steps)
     return lr
 
 
@@ -164,6 +175,7 @@ def fit(
     *,
     check: Callable[[torch.nn.Module], float] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> TrainLog:
     """Train ``model`` by minimising ``loss_fn(step)`` with AdamW under ``spec``.
 
@@ -178,7 +190,13 @@ def fit(
     check : callable, optional
         ``check(model) -> float`` on held-out data, every ``spec.check_every`` steps.
     optimizer : torch.optim.Optimizer, optional
-        Continue with this optimiser (e.g. a second phase); default a fresh AdamW from ``spec``.
+        Continue with this optimiser (e.g. a second phase, or another optimiser such as Adam);
+        default a fresh AdamW from ``spec``.
+    scheduler : torch.optim.lr_scheduler.LRScheduler, optional
+        A torch scheduler of ``optimizer`` that owns the learning rate (and whatever else it
+        schedules, e.g. ``OneCycleLR``'s momentum): ``fit`` then leaves the rate alone and calls
+        ``scheduler.step()`` after every optimiser step. Needs ``spec``'s schedule 'constant'
+        with no warm-up, so that two schedules never compete.
 
     Returns
     -------
@@ -186,6 +204,11 @@ def fit(
     """
     if spec.check_every and check is None:
         raise ValueError("spec.check_every > 0 needs a check(model) function")
+    if scheduler is not None:
+        if optimizer is None or scheduler.optimizer is not optimizer:
+            raise ValueError("a scheduler needs the optimizer it schedules (pass both)")
+        if spec.schedule != "constant" or spec.warmup_steps:
+            raise ValueError("with a scheduler, spec.schedule must be 'constant' with warmup_steps=0")
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate,
                                       weight_decay=spec.weight_decay, betas=spec.betas)
@@ -195,9 +218,10 @@ def fit(
     with torch_threads(spec.threads):
         model.train()
         for step in range(spec.max_steps):
-            lr = learning_rate_at(spec, step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            if scheduler is None:
+                lr = learning_rate_at(spec, step)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
             loss = loss_fn(step)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 raise ValueError("loss_fn(step) must return a scalar tensor")
@@ -206,6 +230,8 @@ def fit(
             if spec.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
             log.steps = step + 1
             log.final_loss = float(loss.detach())
             if log.steps % spec.log_every == 0:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...runtime import make_rng, torch_generator
+from ...training import TrainSpec, fit, seeded_init, torch_threads
 from . import tables
 
 SPECIALS = ("<pad>", "<bos>")
@@ -126,22 +127,23 @@ def answer_logits(model: TinyCausalLM, prompts, lengths) -> torch.Tensor:
 
 def train_answers(model, prompts, lengths, answers, *, steps: int, batch_size: int, learning_rate: float,
                   generator: torch.Generator) -> list[float]:
-    """Minimise the answer-token cross-entropy with AdamW; return the loss every 50 steps."""
-    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
+    """Minimise the answer-token cross-entropy with AdamW (:func:`compendium.training.fit`: a 50-step
+    warm-up, then linear decay to a tenth); return the loss at step 0, every 50 steps and the last.
+
+    Batches come from ``generator`` (the caller's stream), drawn inside the loss closure.
+    """
+    spec = TrainSpec(max_steps=steps, learning_rate=learning_rate, weight_decay=0.01, warmup_steps=50,
+                     schedule="linear_decay", final_fraction=0.1, log_every=max(steps, 1))
     losses = []
-    model.train()
-    for step in range(steps):
-        lr = learning_rate * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * (1 - step / steps))  # warm-up, linear decay
-        for group in opt.param_groups:
-            group["lr"] = lr
+
+    def loss_fn(step):
         idx = torch.randint(0, len(answers), (batch_size,), generator=generator)
         loss = F.cross_entropy(answer_logits(model, prompts[idx], lengths[idx]), answers[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
         if step % 50 == 0 or step == steps - 1:
             losses.append(round(float(loss.detach()), 4))
-    model.eval()
+        return loss
+
+    fit(model, loss_fn, spec)
     return losses
 
 
@@ -221,8 +223,7 @@ def build_models(config: AssetConfig, benchmark: dict, model_seed: int) -> tuple
     longest = max(len(vocab.encode(line)) for line in pool_lines + task_lines + plain + with_q)
     if longest > BLOCK_SIZE:  # pragma: no cover - five features of three digit groups fit easily
         raise ValueError(f"a training line of {longest} tokens exceeds the block size {BLOCK_SIZE}")
-    with torch.random.fork_rng(devices=[]):  # parameter init draws from a local, seeded stream
-        torch.manual_seed(model_seed)
+    with seeded_init(model_seed):  # parameter init draws from a local, seeded stream
         base = TinyCausalLM(cfg)
     gen = torch_generator(model_seed)
     train = dict(batch_size=config.batch_size, learning_rate=config.learning_rate, generator=gen)
@@ -236,9 +237,7 @@ def build_models(config: AssetConfig, benchmark: dict, model_seed: int) -> tuple
 def build_asset_with(out_dir: Path, config: AssetConfig, seed: int) -> None:
     """Write the benchmark, the key, the vocabulary and the trained models into ``out_dir``."""
     out_dir = Path(out_dir)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # bitwise-reproducible training whatever the machine's core count
-    try:
+    with torch_threads(1):  # bitwise-reproducible training whatever the machine's core count
         benchmark = make_benchmark(config, seed)
         (out_dir / "benchmark.json").write_text(json.dumps(
             {"tasks": [tables.task_to_dict(t) for t in benchmark["tasks"]], "pool": benchmark["pool"]}))
@@ -254,8 +253,6 @@ def build_asset_with(out_dir: Path, config: AssetConfig, seed: int) -> None:
         (out_dir / "vocab.json").write_text(json.dumps(vocab.tokens))
         (out_dir / "model_config.json").write_text(json.dumps(asdict(models["tlm"].cfg)))
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    finally:
-        torch.set_num_threads(threads)
 
 
 def build_asset(out_dir: Path, scale: str, seed: int) -> None:
