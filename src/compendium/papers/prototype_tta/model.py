@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ...training import TrainSpec, fit, seeded_init, torch_threads
 from . import data
 
 ASSET_NAME = "tiny_clip_digits"
@@ -117,8 +118,7 @@ class DualEncoder(nn.Module):
 
 def build_model(cfg: EncoderConfig, seed: int) -> DualEncoder:
     """A randomly initialised dual encoder (deterministic for ``seed``; global RNG untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
+    with seeded_init(int(seed)):
         return DualEncoder(cfg)
 
 
@@ -142,7 +142,9 @@ def train(settings: TrainSettings, seed: int, log=print, split: dict | None = No
     """Train the dual encoder on clean canvases of sklearn's training digits; return ``(model, metrics)``.
 
     Each step draws ``batch_size`` prompts uniformly over the three number lengths and composes a
-    canvas for each; the loss is cross-entropy of the canvas against all 1110 prompts.
+    canvas for each; the loss is cross-entropy of the canvas against all 1110 prompts. Adam with
+    a one-cycle schedule (torch's ``OneCycleLR``, which also cycles Adam's beta1), run by
+    :func:`compendium.training.fit` on ``TRAIN_THREADS`` threads; the clean evaluation runs on them too.
     """
     images, labels = data.load_digit_images()
     split = split_indices_for(seed) if split is None else split
@@ -154,27 +156,23 @@ def train(settings: TrainSettings, seed: int, log=print, split: dict | None = No
     opt = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.learning_rate,
                                                 total_steps=settings.steps, pct_start=0.1)
+    spec = TrainSpec(max_steps=settings.steps, learning_rate=settings.learning_rate, threads=TRAIN_THREADS,
+                     log_every=300)
     starts = np.array([0, 10, 110, 1110])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TRAIN_THREADS)
-    try:
-        model.train()
-        for step in range(settings.steps):
-            length = rng.integers(0, 3, settings.batch_size)             # 1, 2 or 3 digits
-            target = starts[length] + (rng.random(settings.batch_size) * (starts[length + 1] - starts[length])).astype(np.int64)
-            canvases = data.compose_canvases(prompt_tokens[target], train_images, train_labels, rng)
-            logits = model(_to_tensor(canvases), all_prompts_tensor)    # (B, 1110)
-            loss = F.cross_entropy(logits, torch.from_numpy(target))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            if step % 300 == 0 or step == settings.steps - 1:
-                log(f"step {step:5d}  loss {loss.item():.4f}  scale {model.logit_scale().item():.1f}")
-        model.eval()
+
+    def loss_fn(step):
+        length = rng.integers(0, 3, settings.batch_size)             # 1, 2 or 3 digits
+        target = starts[length] + (rng.random(settings.batch_size) * (starts[length + 1] - starts[length])).astype(np.int64)
+        canvases = data.compose_canvases(prompt_tokens[target], train_images, train_labels, rng)
+        logits = model(_to_tensor(canvases), all_prompts_tensor)    # (B, 1110)
+        loss = F.cross_entropy(logits, torch.from_numpy(target))
+        if step % 300 == 0 or step == settings.steps - 1:  # the scale shown is the one before this step
+            log(f"step {step:5d}  loss {loss.item():.4f}  scale {model.logit_scale().item():.1f}")
+        return loss
+
+    with torch_threads(TRAIN_THREADS):
+        fit(model, loss_fn, spec, optimizer=opt, scheduler=sched)
         metrics = evaluate(model, split, seed)
-    finally:
-        torch.set_num_threads(threads)
     metrics["parameters"] = int(sum(p.numel() for p in model.parameters()))
     metrics["encoder_macs"] = encoder_macs(settings.encoder)
     return model, metrics
