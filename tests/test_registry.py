@@ -104,7 +104,7 @@ BAD_OVERRIDES = {
     "bad seed": (["continuized_hippo.seed=-1"], r"'seed'.*invalid"),
     "bool for integer": (["continuized_hippo.num_modes=true"], r"'num_modes'.*wrong type"),
     "bad device": (["continuized_hippo.device=tpu"], r"'device'.*'tpu'.*one of"),
-    "planned chapter": (["graph_alignment.seed=1"], r"'graph_alignment' is planned"),
+    "planned chapter": (["online_spec.seed=1"], r"'online_spec' is planned"),
     "scale per chapter": (["continuized_hippo.scale=full"], r"'scale' is chosen for the whole run"),
 }
 
@@ -140,7 +140,7 @@ def test_overrides_apply_and_are_typed():
         (["build", "--profile", "cloud"], r"unknown profile 'cloud'"),
         (["build", "--scale", "huge"], r"unknown scale 'huge'"),
         (["build", "--only", "nochapter"], r"unknown chapter 'nochapter'"),
-        (["build", "--only", "graph_alignment"], r"'graph_alignment' is planned"),
+        (["build", "--only", "online_spec"], r"'online_spec' is planned"),
         (["build", "--force", "demo"], r"unknown chapter 'demo'"),
     ],
 )
