@@ -30,19 +30,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import make_project, project_env  # noqa: E402
+from workflow_times import timed  # noqa: E402
 
 from compendium import paths  # noqa: E402
 from compendium.registry import load_registry  # noqa: E402
 
 
-def run(root: Path, *args: str) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "compendium.cli", *args], cwd=root, env=project_env(root),
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - start
+run = timed  # one way to time a compendium command in a throw-away project (workflow_times.py)
 
 
 def bench_seconds(root: Path, scale: str, name: str) -> float | None:

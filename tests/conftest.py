@@ -32,6 +32,33 @@ def make_project(dest: Path, *, fixture: bool = True) -> Path:
     return dest
 
 
+def registry_with(tmp_path: Path, mutate) -> Path:
+    """The real registry, changed in place by ``mutate(raw_dict)`` and written to ``tmp_path``."""
+    import yaml
+
+    raw = yaml.safe_load((REPO / "workflow" / "config" / "chapters.yaml").read_text())
+    mutate(raw)
+    out = tmp_path / "chapters.yaml"
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+def hippo(raw: dict) -> dict:
+    """The continuized_hippo block of a raw registry (the chapter the registry tests mutate)."""
+    return next(c for c in raw["chapters"] if c["slug"] == "continuized_hippo")
+
+
+def kernel_env() -> dict:
+    """Environment for a kernel-test subprocess: Triton's interpreter on the CPU by default,
+    compiled on CUDA when COMPENDIUM_KERNEL_DEVICE=cuda (benchmarks/gpu_check.sh sets it)."""
+    env = dict(os.environ)
+    if env.get("COMPENDIUM_KERNEL_DEVICE", "cpu") == "cuda":
+        env.pop("TRITON_INTERPRET", None)
+    else:
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
 def project_env(root: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPENDIUM_")}
     env.update({"COMPENDIUM_ROOT": str(root), "HF_HUB_OFFLINE": "1"})

@@ -35,7 +35,7 @@ from compendium.registry import (
 )
 from compendium.workflow import Plan
 
-from conftest import FIXTURE, REPO, compendium, make_project, project_env
+from conftest import FIXTURE, REPO, compendium, hippo, make_project, project_env, registry_with
 
 FIXTURE_REGISTRY = FIXTURE / "workflow" / "config" / "chapters.yaml"
 
@@ -44,17 +44,8 @@ def _resolve(*items):
     return load_registry().resolve_all("smoke", overrides_from_strings(list(items)))
 
 
-def _registry_with(tmp_path: Path, mutate) -> Path:
-    """The real registry, changed by ``mutate`` and written to ``tmp_path``."""
-    raw = yaml.safe_load(paths.REGISTRY.read_text())
-    mutate(raw)
-    out = tmp_path / "chapters.yaml"
-    out.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return out
-
-
-def _hippo(raw):
-    return next(c for c in raw["chapters"] if c["slug"] == "continuized_hippo")
+_registry_with = registry_with
+_hippo = hippo
 
 
 # ----------------------------------------------------------- 1. whole-number floats for integers

@@ -15,6 +15,8 @@ import sys
 import pytest
 import torch
 
+from conftest import kernel_env
+
 SCRIPT = r"""
 import json, math, torch
 from compendium.kernels import sparse_decode as sd, quest_pages as qp
@@ -102,17 +104,6 @@ idx = torch.tensor([[[0, 3, 9, 31, -1], [1, 2, 4, 8, 16]]])
 out["noncontig"] = float((sd.sparse_decode_reference(q, k, v, idx) - on_dev(sd.sparse_decode_triton, q, k, v, idx)).abs().max())
 print(json.dumps(out))
 """
-
-
-def kernel_env():
-    """Interpreter on the CPU by default; compiled on CUDA when COMPENDIUM_KERNEL_DEVICE=cuda
-    (benchmarks/gpu_check.sh sets it on a GPU machine)."""
-    env = dict(os.environ)
-    if env.get("COMPENDIUM_KERNEL_DEVICE", "cpu") == "cuda":
-        env.pop("TRITON_INTERPRET", None)
-    else:
-        env["TRITON_INTERPRET"] = "1"
-    return env
 
 
 @pytest.fixture(scope="module")

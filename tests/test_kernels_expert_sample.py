@@ -17,6 +17,8 @@ from compendium.kernels.routing import expert_sample_route, expert_sample_route_
 
 pytest.importorskip("triton")
 
+from conftest import kernel_env
+
 CASES = [
     (37, 32, 8, 4, 8, 1.0),      # Expert-Sample
     (20, 16, 4, 0, 16, 2.0),     # noise on all experts
@@ -47,17 +49,6 @@ for rows, experts, k, head, pool, tau in json.loads(sys.argv[1]):
                 "max_weight_error": float((w_ker - w_ref).abs().max())})
 print(json.dumps(out))
 """
-
-
-def kernel_env():
-    """Interpreter on the CPU by default; compiled on CUDA when COMPENDIUM_KERNEL_DEVICE=cuda
-    (benchmarks/gpu_check.sh sets it on a GPU machine)."""
-    env = dict(os.environ)
-    if env.get("COMPENDIUM_KERNEL_DEVICE", "cpu") == "cuda":
-        env.pop("TRITON_INTERPRET", None)
-    else:
-        env["TRITON_INTERPRET"] = "1"
-    return env
 
 
 def test_kernel_equals_reference_in_interpreter():

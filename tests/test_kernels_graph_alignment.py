@@ -16,6 +16,8 @@ import torch
 
 from compendium.kernels.gat_aggregation import masked_softmax_aggregate, masked_softmax_aggregate_reference
 
+from conftest import kernel_env
+
 CASES = [
     (2, 50, 32, 0.12),     # the chapter's size: n = 50, d = 32
     (3, 13, 7, 0.3),       # n and d not powers of two
@@ -41,15 +43,6 @@ for B, n, d, p in json.loads(sys.argv[1]):
                 "max_error_noncontiguous": float((ker2 - ref2).abs().max())})
 print(json.dumps(out))
 """
-
-
-def kernel_env():
-    env = dict(os.environ)
-    if env.get("COMPENDIUM_KERNEL_DEVICE", "cpu") == "cuda":
-        env.pop("TRITON_INTERPRET", None)
-    else:
-        env["TRITON_INTERPRET"] = "1"
-    return env
 
 
 def test_kernel_equals_reference_in_interpreter():

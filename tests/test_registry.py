@@ -10,7 +10,7 @@ from compendium import paths
 from compendium.registry import RegistryError, load_registry, overrides_from_strings
 from compendium.workflow import Plan
 
-from conftest import REPO, compendium
+from conftest import REPO, compendium, hippo, registry_with
 
 
 def test_registry_lists_the_38_papers_once_each():
@@ -37,16 +37,8 @@ def test_parts_cover_every_chapter_and_ready_chapters_resolve():
             assert values["scale"] == scale and values["device"] == "auto"
 
 
-def _write_registry(tmp_path: Path, mutate) -> Path:
-    raw = yaml.safe_load(paths.REGISTRY.read_text())
-    mutate(raw)
-    out = tmp_path / "chapters.yaml"
-    out.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return out
-
-
-def _hippo(raw):
-    return next(c for c in raw["chapters"] if c["slug"] == "continuized_hippo")
+_write_registry = registry_with
+_hippo = hippo
 
 
 BAD_REGISTRIES = {
