@@ -21,3 +21,15 @@ def test_runtime_page_lists_versions_cpu_flags_and_the_aten_capability():
     if "avx2" in flags:
         assert "avx2" in cpu["simd"]
     assert "requirements.lock" in page
+
+
+def test_runtime_page_says_kernels_are_interpreter_only_until_a_gpu_report_exists(tmp_path, monkeypatch):
+    from compendium import book, paths
+
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    text = "\n".join(book.gpu_kernel_lines())
+    assert "only under Triton's interpreter" in text and "gpu_check.sh" in text
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / book.GPU_REPORT).write_text("# GPU check report\n\n| kernel | ratio |\n|---|---|\n| sparse | 3.1 |\n")
+    text = "\n".join(book.gpu_kernel_lines())
+    assert "| sparse | 3.1 |" in text and "interpreter" not in text

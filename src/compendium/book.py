@@ -497,7 +497,26 @@ def runtime_page(registry: Registry, states: list[ChapterState], scale: str, pro
               f"Versions that built this book. {lock_note}", "",
               "| package | version |", "|---|---|"]
     lines += [f"| {name} | {version} |" for name, version in package_versions().items()]
+    lines += ["", "## GPU kernels", ""] + gpu_kernel_lines()
     return "\n".join(lines) + "\n"
+
+
+GPU_REPORT = "benchmarks/gpu_check_report.md"
+
+
+def gpu_kernel_lines() -> list[str]:
+    """What the runtime page says about the Triton kernels: the recorded GPU report, or that there is none."""
+    report = paths.ROOT / GPU_REPORT
+    if report.is_file():
+        body = report.read_text(encoding="utf-8").strip().splitlines()
+        body = [ln for ln in body if not ln.startswith("# ")]  # the report's own title
+        return [f"From `{GPU_REPORT}`, written by `benchmarks/gpu_check.sh` on a CUDA machine:", "", *body]
+    return ["The Triton kernels (`src/compendium/kernels/`) are tested only under Triton's interpreter on the "
+            "CPU (`TRITON_INTERPRET=1`): no GPU has been available to this project yet, so they have never run "
+            f"compiled and have no measured speed. On a CUDA machine, `bash benchmarks/gpu_check.sh` runs the "
+            "kernel tests compiled, times the kernels against their references and one chapter under the `gpu` "
+            f"profile, and writes a report (`$OUT/gpu_check_report.md`); copy it to `{GPU_REPORT}` and this "
+            "section shows it."]
 
 
 def failed_page(st: ChapterState) -> str:
