@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...runtime import make_rng
+from ...training import TrainSpec, fit, seeded_init, torch_threads
 
 BOS, QUERY = 0, 1
 KEY0, VALUE0, FILLER0, PAIR0 = 2, 18, 34, 50
@@ -214,10 +215,10 @@ def train_model(s: ModelSettings, seed: int):
     to seed (200 to 500 steps here), so a fixed step count either wastes time or leaves some seeds
     at chance. Phase 2 trains ``long_steps`` at the full context with a cosine-decayed rate, so
     that every position embedding is trained. Answers weigh 1 in the loss, filler positions
-    ``filler_weight``.
+    ``filler_weight``. Both phases are :func:`compendium.training.fit` calls (AdamW, gradient
+    norm clipped to 1, one thread) sharing one optimiser; batches come from the seed's own stream.
     """
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)                       # parameter init only, inside a forked RNG
+    with seeded_init(seed):                           # parameter init only, inside a forked RNG
         model = TinyDecoder(s)
         init_weights(model)
     opt = torch.optim.AdamW(model.parameters(), lr=s.learning_rate, weight_decay=0.01)
@@ -225,33 +226,27 @@ def train_model(s: ModelSettings, seed: int):
     short = min(s.short_context, s.context)
     check_tokens, check_answer = make_sequences(32, short, make_rng(seed, 3))
 
-    def step(length: int, lr: float) -> float:
-        tokens, answer = make_sequences(s.batch_size * (s.context // length), length, rng)
-        x = torch.from_numpy(tokens)
-        logits = model(x[:, :-1])
-        weight = s.filler_weight + torch.from_numpy(answer[:, 1:]).float()
-        loss = (F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none") * weight).sum() / weight.sum()
-        for group in opt.param_groups:
-            group["lr"] = lr
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return float(loss.detach())
+    def loss_at(length: int):
+        def loss_fn(step: int) -> torch.Tensor:
+            tokens, answer = make_sequences(s.batch_size * (s.context // length), length, rng)
+            x = torch.from_numpy(tokens)
+            logits = model(x[:, :-1])
+            weight = s.filler_weight + torch.from_numpy(answer[:, 1:]).float()
+            return (F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none") * weight).sum() / weight.sum()
+        return loss_fn
 
     start = time.perf_counter()
-    short_steps, check, loss = 0, 0.0, math.nan
-    while short_steps < s.max_short_steps:
-        loss = step(short, s.learning_rate * min(1.0, (short_steps + 1) / 30))
-        short_steps += 1
-        if short_steps % s.check_every == 0:
-            model.eval()
-            check = answer_accuracy(model, check_tokens, check_answer)
-            model.train()
-            if check >= s.target_accuracy:
-                break
-    for j in range(s.long_steps):
-        loss = step(s.context, s.learning_rate * 0.5 * (1 + math.cos(math.pi * j / s.long_steps)))
+    # phase 1: warm-up over 30 steps, then constant; stop at the first check reaching the target
+    phase1 = fit(model, loss_at(short), TrainSpec(
+        max_steps=s.max_short_steps, learning_rate=s.learning_rate, weight_decay=0.01, grad_clip=1.0,
+        warmup_steps=30, check_every=s.check_every, target=s.target_accuracy, log_every=s.max_short_steps),
+        check=lambda m: answer_accuracy(m, check_tokens, check_answer), optimizer=opt)
+    short_steps, check, loss = phase1.steps, phase1.last_check or 0.0, phase1.final_loss
+    if s.long_steps:  # phase 2: the same optimiser at the full context, cosine-decayed
+        phase2 = fit(model, loss_at(s.context), TrainSpec(
+            max_steps=s.long_steps, learning_rate=s.learning_rate, weight_decay=0.01, grad_clip=1.0,
+            schedule="cosine", log_every=s.long_steps), optimizer=opt)
+        loss = phase2.final_loss
     model.eval()
     tokens, answer = make_sequences(64, s.context, make_rng(seed, 2))
     return model, {"recall_accuracy": answer_accuracy(model, tokens, answer), "final_loss": loss,
@@ -264,12 +259,8 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> None:
     out_dir = Path(out_dir)
     s = settings_for(scale)
     metrics = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)                # one thread: faster for this size, and reproducible
-    try:
+    with torch_threads(1):                  # one thread: faster for this size, and reproducible
         trained = [train_model(s, 1000 * seed + i) for i in range(s.num_models)]
-    finally:
-        torch.set_num_threads(threads)
     for i, (model, m) in enumerate(trained):
         torch.save(model.state_dict(), out_dir / f"model_{i}.pt")
         metrics.append({k: v for k, v in m.items() if k != "train_seconds"})
