@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compendium.kernels.routing import expert_sample_route
+from compendium.training import TrainSpec, fit, seeded_init, torch_threads
 
 EQUALS = 10
 VOCAB = 11
@@ -183,32 +184,30 @@ def greedy_accuracy(model: TinyMoELM, seq: np.ndarray) -> float:
 
 
 def train(config: MoEConfig, settings: TrainSettings, seed: int) -> tuple[TinyMoELM, dict]:
-    """Train one model from seed ``seed``; stop at intermediate dev accuracy (headroom for pass@n)."""
-    torch.manual_seed(seed)  # parameter init only; batches come from their own generator
-    model = TinyMoELM(config)
+    """Train one model from seed ``seed``; stop at intermediate dev accuracy (headroom for pass@n).
+
+    AdamW at a constant rate through :func:`compendium.training.fit` (one thread), with the load-balance
+    loss added; every ``eval_every`` steps the greedy dev accuracy is checked, and training stops at the
+    first check reaching ``target_accuracy``. Initialisation forks the global torch RNG (left as it was).
+    """
+    with seeded_init(seed):  # parameter init only (forked RNG); batches come from their own generator
+        model = TinyMoELM(config)
     rng = np.random.default_rng(seed)
     data = splits()
     train_seq, dev_seq = data["train"], data["dev"][: settings.dev_eval_problems]
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01)
-    history = []
-    step = 0
-    for step in range(1, settings.max_steps + 1):
+
+    def loss_fn(step: int) -> torch.Tensor:
         batch = torch.as_tensor(train_seq[rng.integers(0, len(train_seq), settings.batch_size)])
         logits, balance = model(batch[:, :-1])
         # loss on the answer digits only (positions 4..6 predict tokens 5..7)
         loss = F.cross_entropy(logits[:, PROMPT_LEN - 1:].reshape(-1, VOCAB), batch[:, PROMPT_LEN:].reshape(-1))
-        opt.zero_grad()
-        (loss + settings.balance_coefficient * balance).backward()
-        opt.step()
-        if step % settings.eval_every == 0:
-            model.eval()
-            acc = greedy_accuracy(model, dev_seq)
-            model.train()
-            history.append((step, round(acc, 4)))
-            if acc >= settings.target_accuracy:
-                break
-    model.eval()
-    return model, {"steps": step, "dev_greedy_accuracy": history[-1][1] if history else None, "history": history}
+        return loss + settings.balance_coefficient * balance
+
+    spec = TrainSpec(max_steps=settings.max_steps, learning_rate=settings.learning_rate, weight_decay=0.01,
+                     check_every=settings.eval_every, target=settings.target_accuracy, log_every=settings.max_steps)
+    log = fit(model, loss_fn, spec, check=lambda m: greedy_accuracy(m, dev_seq))
+    history = [(step, round(acc, 4)) for step, acc in log.checks]
+    return model, {"steps": log.steps, "dev_greedy_accuracy": history[-1][1] if history else None, "history": history}
 
 
 def build_asset(out_dir: Path, scale: str, seed: int, num_models: int = 5) -> None:
@@ -217,12 +216,12 @@ def build_asset(out_dir: Path, scale: str, seed: int, num_models: int = 5) -> No
     Writes ``model_<i>.pt`` (state dicts) and ``metadata.json`` (sizes, settings, stopping step and
     dev accuracy of each model).
     """
-    torch.set_num_threads(1)  # one thread: on a shared 2-core box more threads thrash badly
     out_dir = Path(out_dir)
     config, settings = MoEConfig(), settings_for(scale)
     meta = {"scale": scale, "seed": seed, "config": asdict(config), "settings": asdict(settings), "models": []}
     for i in range(num_models):
-        model, metrics = train(config, settings, seed + i)
+        with torch_threads(1):  # one thread: on a shared 2-core box more threads thrash badly
+            model, metrics = train(config, settings, seed + i)
         torch.save(model.state_dict(), out_dir / f"model_{i}.pt")
         meta["models"].append({"seed": seed + i, **metrics})
         print(f"expert_sample model {i}: steps {metrics['steps']}, dev greedy {metrics['dev_greedy_accuracy']}")
