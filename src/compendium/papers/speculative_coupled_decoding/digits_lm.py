@@ -81,11 +81,11 @@ def _gpt2_config(settings: TrainSettings):
 
 def _new_model(config, seed: int):
     """GPT-2 with a seeded random initialisation; the global torch RNG is left as it was."""
-    import torch
     from transformers import GPT2LMHeadModel
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    from compendium.training import seeded_init
+
+    with seeded_init(int(seed)):
         return GPT2LMHeadModel(config)
 
 
@@ -106,8 +106,15 @@ def mean_nll(model, seqs: np.ndarray, batch_size: int = 256) -> float:
 
 
 def train(settings: TrainSettings, seed: int, log=print):
-    """Train the digits LM deterministically; return ``(model, metrics)``."""
+    """Train the digits LM deterministically; return ``(model, metrics)``.
+
+    AdamW with torch's ``OneCycleLR``, run by :func:`compendium.training.fit` on ``TRAIN_THREADS``
+    threads (the NLL evaluation runs on them too); batches come from a generator seeded with
+    ``seed``, dropout masks from the torch stream seeded with ``seed + 1`` inside a fork.
+    """
     import torch
+
+    from compendium.training import TrainSpec, fit, seeded_init, torch_threads
 
     seqs, train_idx, test_idx = digit_sequences()
     config = _gpt2_config(settings)
@@ -117,27 +124,22 @@ def train(settings: TrainSettings, seed: int, log=print):
     opt = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.learning_rate, total_steps=settings.steps,
                                                 pct_start=0.1)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TRAIN_THREADS)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 1)  # dropout masks
-            model.train()
-            for step in range(settings.steps):
-                batch = data[torch.randint(len(data), (settings.batch_size,), generator=gen)]
-                loss = model(input_ids=batch, labels=batch).loss
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                sched.step()
-                if step % 100 == 0 or step == settings.steps - 1:
-                    log(f"step {step:5d}  loss {loss.item():.4f}")
-        model.eval()
+    spec = TrainSpec(max_steps=settings.steps, learning_rate=settings.learning_rate,
+                     weight_decay=settings.weight_decay, threads=TRAIN_THREADS, log_every=100)
+
+    def loss_fn(step):
+        batch = data[torch.randint(len(data), (settings.batch_size,), generator=gen)]
+        loss = model(input_ids=batch, labels=batch).loss
+        if step % 100 == 0 or step == settings.steps - 1:
+            log(f"step {step:5d}  loss {loss.item():.4f}")
+        return loss
+
+    with torch_threads(TRAIN_THREADS):
+        with seeded_init(int(seed) + 1):  # dropout masks: their own seeded stream, the global one left alone
+            fit(model, loss_fn, spec, optimizer=opt, scheduler=sched)
         metrics = {"train_nll": mean_nll(model, seqs[train_idx]), "test_nll": mean_nll(model, seqs[test_idx]),
                    "uniform_nll": float(np.log(PIXEL_LEVELS)),
                    "parameters": int(sum(p.numel() for p in model.parameters()))}
-    finally:
-        torch.set_num_threads(threads)
     return model, metrics
 
 
