@@ -4,7 +4,6 @@ from fractions import Fraction
 from itertools import combinations
 
 
-
 import numpy as np
 import pytest
 import torch
@@ -173,55 +172,3 @@ def test_crossed_bootstrap_and_largest_estimate():
     big = paper.largest_estimate([Estimate(1, 0, 2, 0.98), Estimate(3, -1, 4, 0.98)], 0.95)
     assert (big.point, big.low, big.high, big.level) == (3, 0, 4, 0.95)
     assert paper.largest_estimate([], 0.95) is None
-
-
-def _toy_verifier_data(seed=0, problems=60, n=8):
-    """Problems with candidates; a candidate is correct iff it equals a + b (exact checking)."""
-    rng = np.random.default_rng(seed)
-    a, b = rng.integers(0, 100, problems), rng.integers(0, 100, problems)
-    seq = encode(a, b)
-    targets = a + b
-    answers = rng.integers(0, 200, (problems, n))
-    answers[:, : n // 2] = targets[:, None]
-    return seq, answers, (answers == targets[:, None])
-
-
-def test_verifier_shapes_and_determinism():
-    seq, answers, labels = _toy_verifier_data()
-    feats = paper.verifier_features(seq, answers)
-    assert feats.shape == (60 * 8, 70) and torch.equal(feats.sum(1), torch.full((480,), 7.0))
-    settings = paper.VerifierSettings(hidden=16, steps=20)
-    v1 = paper.train_verifier(feats, labels.reshape(-1), 5, settings)
-    v2 = paper.train_verifier(feats, labels.reshape(-1), 5, settings)
-    s1, s2 = paper.verifier_scores(v1, seq, answers), paper.verifier_scores(v2, seq, answers)
-    assert s1.shape == answers.shape and np.array_equal(s1, s2)
-    assert not np.array_equal(s1, paper.verifier_scores(paper.train_verifier(feats, labels.reshape(-1), 6, settings),
-                                                         seq, answers))
-    with pytest.raises(ValueError):
-        paper.verifier_features(seq, answers[:, 0])
-    with pytest.raises(ValueError):
-        paper.train_verifier(feats, labels.reshape(-1)[:-1], 0, settings)
-
-
-def test_verifier_learns_separable_toy():
-    # trivially separable: a candidate is correct iff its hundreds digit is 1 (candidates 100..199)
-    rng = np.random.default_rng(1)
-    seq = encode(rng.integers(0, 100, 80), rng.integers(0, 100, 80))
-    answers = rng.integers(0, 200, (80, 6))
-    labels = answers >= 100
-    v = paper.train_verifier(paper.verifier_features(seq, answers), labels.reshape(-1), 0,
-                             paper.VerifierSettings(hidden=16, steps=150))
-    test_answers = rng.integers(0, 200, (80, 6))
-    scores = paper.verifier_scores(v, seq, test_answers)
-    assert paper.auc(scores, test_answers >= 100) > 0.99
-    assert ((scores > 0) == (test_answers >= 100)).mean() > 0.95
-
-
-def test_auc_known_values_and_bootstrap():
-    assert paper.auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == pytest.approx(0.75)
-    assert paper.auc(np.array([1.0, 1.0]), np.array([0, 1])) == pytest.approx(0.5)   # ties count 1/2
-    assert np.isnan(paper.auc(np.array([1.0, 2.0]), np.array([1, 1])))
-    rng = np.random.default_rng(0)
-    labels = rng.random((50, 8)) > 0.5
-    point, lo, hi = paper.auc_bootstrap([labels + 0.0, rng.random((50, 8))], [labels, labels], 0, resamples=50)
-    assert lo <= point <= hi and 0.6 < point < 1.0                                  # mean of 1.0 and about 0.5

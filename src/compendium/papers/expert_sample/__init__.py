@@ -37,8 +37,8 @@ Small-scale deviations
   standard routing and shared by its samples (:mod:`.frontier`), as a served system would.
 - pass@k comes from teacher-forced success probabilities (exact for standard routing, unbiased
   over routing-noise draws otherwise); Best-of-N uses the model's own answer likelihood under
-  standard routing. The MLP verifier of :mod:`.verifier` is no longer used by the chapter (see
-  its Limits); its module and tests stay for reuse.
+  standard routing. The MLP verifier an earlier version trained was dropped (see the chapter's
+  Limits) and its module removed.
 """
 
 from .experiment import (PASS_K, Config, Result, es_name, kernel_check, ledger_estimates, pass_at_k_error,
@@ -48,7 +48,6 @@ from .frontier import (answer_loglik_shared, bracket, correct_probability, cross
 from .model import MoEConfig, TinyMoELM, build_asset, load_models, splits, topk_router, train
 from .sampling import (RoutingPolicy, answer_loglik, best_of_n, distinct_rate, majority_vote, pass_at_k,
                        pass_at_k_brute_force, router_profile, sample_answers)
-from .verifier import Verifier, VerifierSettings, auc, auc_bootstrap, train_verifier, verifier_features, verifier_scores
 
 __all__ = [
     "Config", "Result", "run", "build_asset", "load_models", "MoEConfig", "TinyMoELM", "splits", "topk_router",
@@ -57,6 +56,5 @@ __all__ = [
     "prefill_equivalence_error", "bracket", "correct_probability", "crossed_bootstrap", "frontier_gap_estimates",
     "largest_estimate", "line_gap", "neighbour_gap", "answer_loglik_shared", "pass_at_k_draws", "prefill", "sample_answers_shared", "suffix_logits",
     "target_logits",
-    "plackett_luce_check", "pass_at_k_error", "routing_invariants", "kernel_check", "Verifier", "VerifierSettings",
-    "train_verifier", "verifier_features", "verifier_scores", "auc", "auc_bootstrap",
+    "plackett_luce_check", "pass_at_k_error", "routing_invariants", "kernel_check",
 ]
