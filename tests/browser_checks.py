@@ -162,19 +162,39 @@ def check_heading_order(driver) -> list[str]:
 
 
 def check_ledger(driver, claims: list[dict]) -> list[str]:
+    """One row per ledger entry, each with its id, its role and the verdict of claims.json."""
     info = driver.execute_script(
         "const t = document.querySelector('table.claims-ledger');"
-        "return t ? {rows: t.querySelectorAll('tbody tr').length, badges: t.querySelectorAll('.verdict').length,"
-        " text: Array.from(t.querySelectorAll('.verdict')).map(b => b.className)} : null;"
+        "if (!t) return null;"
+        "const rows = Array.from(t.querySelectorAll('tbody tr'));"
+        "return {badges: t.querySelectorAll('.verdict').length, headline: !!document.querySelector('p.ledger-headline'),"
+        " rows: rows.map(r => ({id: (r.querySelector('td code') || {}).textContent,"
+        "  role: r.className, verdict: (r.querySelector('.verdict') || {}).className}))};"
     )
     if info is None:
         return ["no claims ledger table"]
     problems = []
-    if info["rows"] != len(claims) or info["badges"] != len(claims):
-        problems.append(f"ledger shows {info['rows']} rows / {info['badges']} badges for {len(claims)} claims")
-    shown = [c.split("verdict-")[-1].replace("-", "_") for c in info["text"]]
-    if shown != [c["verdict"] for c in claims]:
-        problems.append(f"badges {shown} differ from claims.json")
+    if len(info["rows"]) != len(claims) or info["badges"] != len(claims):
+        problems.append(f"ledger shows {len(info['rows'])} rows / {info['badges']} badges for {len(claims)} claims")
+    if not info["headline"]:
+        problems.append("ledger has no headline (paper claims counted apart from controls and implementation)")
+    shown = {r["id"]: (r["role"].replace("row-", ""), (r["verdict"] or "").split("verdict-")[-1].replace("-", "_"))
+             for r in info["rows"]}
+    expected = {c["id"]: (c.get("role", "claim"), c["verdict"]) for c in claims}
+    if shown != expected:
+        diff = sorted(k for k in set(shown) | set(expected) if shown.get(k) != expected.get(k))
+        problems.append(f"ledger rows differ from claims.json for {diff}")
+    return problems
+
+
+def check_dashboard_counts_paper_claims(driver) -> list[str]:
+    """The dashboard's headline table counts paper claims only; controls and implementation apart."""
+    text = driver.execute_script("return document.querySelector('main').innerText")
+    problems = []
+    for needle in ("Paper claims", "reproduced", "not reproduced", "inconclusive", "not checkable",
+                   "controls that behaved", "implementation checks passed"):
+        if needle not in text:
+            problems.append(f"dashboard lacks {needle!r}")
     return problems
 
 

@@ -98,3 +98,19 @@ def test_source_box_after_the_title_names_existing_files(tmp_path):
     for what, rel in bookview.source_files(entry):
         assert f"`{rel}`" in first
         assert (paths.ROOT / rel.rstrip("/")).exists(), rel
+
+
+def test_a_glue_after_a_drawing_folds_with_it():
+    from compendium.bookview import fold_code_cells
+
+    src = ("x = paper.run(config)\nfig, ax = plt.subplots()\nax.plot(x)\nch.figure(fig, 'a')\n"
+           "ch.glue('crossover', paper.crossover(x))\ntable = paper.summary(x)\ntable")
+    nb = {"cells": [{"cell_type": "code", "source": src, "metadata": {}, "outputs": [], "execution_count": 1}],
+          "metadata": {}}
+    nb["cells"].insert(0, {"cell_type": "code", "source": "from compendium.papers import demo as paper",
+                           "metadata": {}, "outputs": [], "execution_count": 0})
+    fold_code_cells(nb)
+    shown = [c["source"] for c in nb["cells"] if "hide-input" not in c["metadata"].get("tags", [])]
+    assert not any(s.strip().startswith("ch.glue") for s in shown), shown
+    folded = [c["source"] for c in nb["cells"] if "hide-input" in c["metadata"].get("tags", [])]
+    assert any("ch.glue('crossover'" in s and "ax.plot" in s for s in folded), folded

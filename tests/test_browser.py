@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not bc.browser_available(),
                                                   reason="needs chromium, chromedriver and selenium")]
 REGISTRY = load_registry()
 REPO = Path(__file__).resolve().parents[1]
-PAGES = ["intro.html", "dashboard.html", "runtime.html"] + [f"chapters/{c.slug}.html" for c in REGISTRY.ready]
+PAGES = (["intro.html", "dashboard.html", "stability.html", "runtime.html"]
+         + [f"chapters/{c.slug}.html" for c in REGISTRY.ready])
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +78,7 @@ def test_page_as_a_reader_sees_it(html_root, server, browser, page):
         bc.load(browser, server.base + page)  # fresh state for the solutions check
         problems += bc.check_solutions_hidden(browser)
     if page == "dashboard.html":
+        problems += bc.check_dashboard_counts_paper_claims(browser)
         bc.SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(bc.SCREENSHOTS / "dashboard.png"))
     assert problems == []

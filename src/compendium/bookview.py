@@ -266,7 +266,8 @@ def fold_code_cells(nb: dict) -> None:
         # what prepares the figure's data before it is drawn stays on the page; after the first
         # drawing statement only calls into the library do
         first = draws.index(True)
-        visible = [not d and (i < first or _calls_library(s, library)) for i, (s, d) in enumerate(zip(tree.body, draws))]
+        visible = [not d and (i < first or (_calls_library(s, library) and not is_glue(s)))
+                   for i, (s, d) in enumerate(zip(tree.body, draws))]  # a glue after a drawing folds with it
         parts = _segments(source, tree, visible)
         for k, (shown, text) in enumerate(parts):
             last = k == len(parts) - 1
