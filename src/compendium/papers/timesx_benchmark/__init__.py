@@ -37,7 +37,8 @@ Small-scale deviations
   issue's five seeds.
 """
 
-from .experiment import (METHODS, QUANTILE_LEVELS, UNIMODAL, Config, Result, crossover, gain_correlation, headroom,
+from .experiment import (METHODS, QUANTILE_LEVELS, UNIMODAL, Config, Result, crossover, crps_mase_rank_correlation,
+                         shuffled_context_gap, gain_correlation, headroom,
                          leak_reduction, paired, replicate_mean, run, run_replicate, seeds_excluding_zero, sweep_cells)
 from .forecasters import (ContextModel, GlobalMLP, context_adjusted, holt_winters, mean_ensemble, median_ensemble,
                           mlp_forecast, seasonal_naive, train_global_mlp, windows_from)

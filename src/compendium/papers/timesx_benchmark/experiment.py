@@ -205,6 +205,19 @@ def paired(scores: pd.DataFrame, variant: str, worse: str, better: str, replicat
     return (a - b.loc[a.index]).to_numpy()
 
 
+def shuffled_context_gap(result: Result) -> stats.Estimate:
+    """Negative control: series-bootstrap interval of ``MASE(unimodal) - MASE(context-adjusted)`` with
+    contexts shuffled across series (pooled over replicates; positive: context still helps)."""
+    d = paired(result.scores, "shuffled", "unimodal (dev-selected)", "context-adjusted")
+    return stats.bootstrap_interval(d, unit="series", rng=np.random.default_rng([result.config.seed, 11]),
+                                    resamples=result.config.bootstrap_resamples)
+
+
+def crps_mase_rank_correlation(table: pd.DataFrame) -> float:
+    """Spearman correlation of mean MASE and mean CRPS over (method, variant) cells of ``table``."""
+    return float(scipy.stats.spearmanr(table["mase"].to_numpy().ravel(), table["crps"].to_numpy().ravel())[0])
+
+
 def seeds_excluding_zero(result: Result, variant: str, worse: str, better: str) -> tuple[int, list]:
     """How many replicates have a series-bootstrap 95 % CI of ``MASE(worse) - MASE(better)`` above 0."""
     estimates = []
