@@ -2,7 +2,7 @@ r"""Group Relative Policy Optimisation (GRPO): group-normalised advantages and t
 
 The shared piece every GRPO-style chapter imports (nothing paper-specific here). A *group* is
 the ``G`` completions (rollouts) sampled for one prompt; GRPO replaces PPO's learned value
-baseline by the group's own reward statistics :cite:`shao2024deepseekmath`.
+baseline by the group's own reward statistics (Shao et al. 2024, DeepSeekMath).
 
 Equations implemented
 ---------------------
