@@ -11,12 +11,13 @@ up to 4.2x (image) and 13.6x (video) faster than AR decoding on 7B-scale models.
 Equations implemented
 ---------------------
 Speculative verification of a draft ``d ~ q`` against the target ``p``
-(:func:`~.decoding.acceptance_ratio`, :func:`~.decoding.residual_distribution`)::
+(:func:`compendium.speculative.acceptance_ratio`, :func:`compendium.speculative.residual_distribution`,
+shared with the online_spec chapter)::
 
     accept d  with probability  min(1, p(d) / q(d));   otherwise draw from  norm(max(0, p - q))
 
 The output is distributed as ``p`` whatever ``q`` is. Read as a map ``d -> d'`` it is the
-*maximal coupling* of ``q`` and ``p`` (:func:`~.decoding.maximal_coupling`)::
+*maximal coupling* of ``q`` and ``p`` (:func:`compendium.speculative.maximal_coupling`)::
 
     P(d' = d) = sum_v min(p(v), q(v)) = 1 - TV(p, q),     TV(p, q) = sum_v max(0, p(v) - q(v))
 
@@ -52,21 +53,17 @@ Small-scale deviations
   prose only; the ledger uses forward-pass counts.
 """
 
+from ...speculative import acceptance_ratio, categorical, maximal_coupling, residual_distribution, total_variation
 from .decoding import (
     METHODS,
     Decoded,
     NoiseTable,
-    acceptance_ratio,
     autoregressive_decode,
-    categorical,
     decode,
     gumbel_agreement,
     gumbel_argmax,
     gumbel_coupling,
     jacobi_decode,
-    maximal_coupling,
-    residual_distribution,
-    total_variation,
 )
 from .digits_lm import PIXEL_LEVELS, DigitsLM, TrainSettings, build_asset, digit_sequences, quantize, settings_for
 from .experiment import (

@@ -33,72 +33,21 @@ from typing import Callable
 
 import numpy as np
 
+from ...speculative import (acceptance_ratio, categorical, maximal_coupling, residual_distribution,
+                            total_variation)
+
 ProbsFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 METHODS = ("sjd", "scd_maximal", "scd_gumbel", "scd_stale")
 
 
 # ---------------------------------------------------------------------------- primitives
-def categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One draw from each row of ``probs`` (shape ``(..., V)``, rows sum to 1) -> ``(...)``."""
-    probs = np.asarray(probs, dtype=float)
-    u = rng.random(probs.shape[:-1])
-    cdf = np.cumsum(probs, axis=-1)
-    idx = (cdf < u[..., None] * cdf[..., -1:]).sum(axis=-1)  # scale by the total: round-off safe
-    return np.minimum(idx, probs.shape[-1] - 1)
-
-
+# categorical, acceptance_ratio, residual_distribution, total_variation and maximal_coupling
+# are the shared speculative-sampling rule of compendium.speculative (one copy for the book).
 def gumbel_argmax(probs: np.ndarray, gumbel: np.ndarray) -> np.ndarray:
     """``argmax_v(log probs[..., v] + gumbel[..., v])``: a draw from ``probs`` given the noise."""
     with np.errstate(divide="ignore"):
         return np.argmax(np.log(probs) + gumbel, axis=-1)
-
-
-def residual_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    r"""``norm(max(0, p - q))`` along the last axis; ``p`` itself where ``p == q`` (no mass left).
-
-    Parameters
-    ----------
-    p, q : ndarray, shape ``(..., V)``
-        Target and draft distributions.
-    """
-    r = np.maximum(np.asarray(p, dtype=float) - q, 0.0)
-    total = r.sum(axis=-1, keepdims=True)
-    return np.where(total > 0, r / np.where(total > 0, total, 1.0), p)
-
-
-def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``TV(p, q) = sum_v max(0, p(v) - q(v))`` along the last axis."""
-    return np.maximum(np.asarray(p, dtype=float) - q, 0.0).sum(axis=-1)
-
-
-def acceptance_ratio(draft: np.ndarray, q: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``min(1, p(d) / q(d))`` for drafts ``d`` (shape ``(...)``) drawn from ``q`` (``(..., V)``)."""
-    d = np.asarray(draft)[..., None]
-    qd = np.take_along_axis(q, d, axis=-1)[..., 0]
-    pd = np.take_along_axis(p, d, axis=-1)[..., 0]
-    return np.minimum(1.0, pd / np.where(qd > 0, qd, 1.0))
-
-
-def maximal_coupling(draft: np.ndarray, q: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    r"""Draw ``d' ~ p`` given ``d ~ q`` with ``P(d' = d) = 1 - TV(p, q)`` (the largest possible).
-
-    Keep ``d`` with probability ``min(1, p(d)/q(d))``, else draw from ``norm(max(0, p - q))``.
-
-    Parameters
-    ----------
-    draft : ndarray of int, shape ``(...)``
-        Draws from ``q``.
-    q, p : ndarray, shape ``(..., V)``
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    ndarray of int, shape ``(...)``
-    """
-    draft = np.asarray(draft)
-    keep = rng.random(draft.shape) < acceptance_ratio(draft, q, p)
-    return np.where(keep, draft, categorical(residual_distribution(p, q), rng))
 
 
 def gumbel_coupling(q: np.ndarray, p: np.ndarray, gumbel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

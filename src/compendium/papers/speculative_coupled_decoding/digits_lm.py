@@ -209,7 +209,8 @@ class DigitsLM:
         """
         import torch
 
-        from .decoding import Decoded, categorical
+        from ...speculative import categorical
+        from .decoding import Decoded
 
         prefix = np.asarray(prefix, dtype=np.int64)
         B = prefix.shape[0]
