@@ -96,7 +96,7 @@ BAD_OVERRIDES = {
     "bad seed": (["continuized_hippo.seed=-1"], r"'seed'.*invalid"),
     "bool for integer": (["continuized_hippo.num_modes=true"], r"'num_modes'.*wrong type"),
     "bad device": (["continuized_hippo.device=tpu"], r"'device'.*'tpu'.*one of"),
-    "planned chapter": (["online_spec.seed=1"], r"'online_spec' is planned"),
+    "planned chapter": (["vidlada_mars_cache.seed=1"], r"'vidlada_mars_cache' is planned"),
     "scale per chapter": (["continuized_hippo.scale=full"], r"'scale' is chosen for the whole run"),
 }
 
@@ -132,7 +132,7 @@ def test_overrides_apply_and_are_typed():
         (["build", "--profile", "cloud"], r"unknown profile 'cloud'"),
         (["build", "--scale", "huge"], r"unknown scale 'huge'"),
         (["build", "--only", "nochapter"], r"unknown chapter 'nochapter'"),
-        (["build", "--only", "online_spec"], r"'online_spec' is planned"),
+        (["build", "--only", "vidlada_mars_cache"], r"'vidlada_mars_cache' is planned"),
         (["build", "--force", "demo"], r"unknown chapter 'demo'"),
     ],
 )
