@@ -1,0 +1,405 @@
+"""The chapter's experiments: the acceptance formulas and losslessness on random pairs, the online
+runs on three streams over several replicates (each a fresh target, draft and stream), the
+step-size tuning on a dev replicate, and the statistics every ledger row uses.
+:func:`run` returns data and metrics and never plots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...runtime import make_rng
+from ...speculative import acceptance_rate, categorical, expected_tokens, modeled_speedup, spec_verify
+from ...stats import Estimate, mean_interval, paired_difference
+from ...validation import require_int, require_number
+from ..speculative_coupled_decoding.markov import pooled_chisquare
+from . import online as ol
+from .model import DraftShape, block_target, fit_offline, entropy_term, sample_contexts
+
+DOMAINS = 3
+CHECK_VOCAB = 16  # vocabulary of the random (p, q) pairs of the formula and losslessness checks
+TUNED = ("ogd", "optimistic", "momentum")  # step size chosen on the dev replicate
+UNIT = "replicates (target, draft, stream)"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Parameters of one run (names match the notebook's parameters cell and the registry).
+
+    Parameters
+    ----------
+    vocab, gamma, draft_rank : int
+        Tokens ``V``, drafts per target call, rank ``d`` of the draft's embeddings.
+    target_sharpness, target_interaction, target_smoothing : float
+        The target's ``beta``, non-additive part and in-block smoothing (:func:`~.model.block_target`).
+    offline_sequences : int
+        Sequences the offline draft (and each oracle draft) is trained on.
+    prompts_per_chunk, tokens_per_prompt, chunks_per_segment : int
+        A chunk's prompts and tokens per prompt; a stream has four segments of this many chunks.
+    replicates : int
+        Independent replicates (target, draft, stream): the unit of every interval.
+    learning_rates : tuple of float
+        The three step sizes fixed in advance (single-lr runs, ensembles, the dev grid).
+    momentum, hedge_rate, hedge_share, cost_ratio : float
+        Carried momentum; Hedge's learning rate and fixed share; draft / target cost ``c``.
+    check_pairs, check_rounds, pinsker_pairs : int
+        Random (p, q) pairs and verify rounds per pair for the formula and losslessness checks;
+        pairs for the Pinsker check.
+    seed : int
+    """
+
+    vocab: int = 64
+    gamma: int = 4
+    draft_rank: int = 3
+    target_sharpness: float = 1.0
+    target_interaction: float = 1.0
+    target_smoothing: float = 0.03
+    offline_sequences: int = 256
+    prompts_per_chunk: int = 32
+    tokens_per_prompt: int = 24
+    chunks_per_segment: int = 8
+    replicates: int = 5
+    learning_rates: tuple = (1.0, 3.0, 10.0)
+    momentum: float = 0.9
+    hedge_rate: float = 5.0
+    hedge_share: float = 0.02
+    cost_ratio: float = 0.1
+    check_pairs: int = 50
+    check_rounds: int = 20000
+    pinsker_pairs: int = 10000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "learning_rates", tuple(float(x) for x in self.learning_rates))
+        require_int("vocab", self.vocab, 2 * DOMAINS, 128)
+        require_int("gamma", self.gamma, 1, 16)
+        require_int("draft_rank", self.draft_rank, 1, 32)
+        require_number("target_sharpness", self.target_sharpness, 0.0, 10.0, low_open=True)
+        require_number("target_interaction", self.target_interaction, 0.0, 10.0)
+        require_number("target_smoothing", self.target_smoothing, 0.0, 1.0, high_open=True)
+        require_int("offline_sequences", self.offline_sequences, 8, 100_000)
+        require_int("prompts_per_chunk", self.prompts_per_chunk, 1, 4096)
+        require_int("tokens_per_prompt", self.tokens_per_prompt, 1, 1024)
+        require_int("chunks_per_segment", self.chunks_per_segment, 1, 1000)
+        require_int("replicates", self.replicates, 2, 50)
+        if len(self.learning_rates) != 3 or any(not 0 < x <= 1000 for x in self.learning_rates):
+            raise ValueError(f"learning_rates must be three numbers in (0, 1000], got {self.learning_rates}")
+        if list(self.learning_rates) != sorted(set(self.learning_rates)):
+            raise ValueError(f"learning_rates must be increasing and distinct, got {self.learning_rates}")
+        require_number("momentum", self.momentum, 0.0, 1.0, high_open=True)
+        require_number("hedge_rate", self.hedge_rate, 0.0, 1000.0, low_open=True)
+        require_number("hedge_share", self.hedge_share, 0.0, 1.0, high_open=True)
+        require_number("cost_ratio", self.cost_ratio, 0.0, 10.0)
+        require_int("check_pairs", self.check_pairs, 2, 10_000)
+        require_int("check_rounds", self.check_rounds, 100, 1_000_000)
+        require_int("pinsker_pairs", self.pinsker_pairs, 10, 1_000_000)
+        require_int("seed", self.seed, 0, 2**32 - 1)
+
+    @property
+    def chunks(self) -> int:
+        return 4 * self.chunks_per_segment
+
+
+# ------------------------------------------------------------------------------------------ checks
+def run_formula_checks(config: Config) -> dict:
+    """Tokens per call vs the formula, losslessness and its control, on random (p, q) pairs.
+
+    For each pair, ``check_rounds`` verify calls with ``gamma`` drafts, every position with the
+    same ``(p, q)``. ``z`` = (mean tokens per call - formula) / SE. The emitted first token of each
+    call is tested against ``p`` (Pearson); the control replaces the residual draw by a draw from
+    ``p`` and is tested on the first ``control_draws`` calls only (set by the caller to the
+    online test's sample size, so the control shows power at that size).
+    """
+    rng = make_rng(config.seed, 1)
+    V, g, N = CHECK_VOCAB, config.gamma, config.check_rounds
+    z, alphas, sim, formula, p_ref, p_ctrl_full = [], [], [], [], [], []
+    first_ctrl = []
+    for _ in range(config.check_pairs):
+        conc = rng.choice([0.3, 1.0, 3.0])
+        p1, q1 = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+        p = np.broadcast_to(p1, (N, g + 1, V))
+        q = np.broadcast_to(q1, (N, g, V))
+        d = categorical(q, rng)
+        n_acc, nxt = spec_verify(p, q, d, rng.random((N, g)), rng.exponential(size=(N, V)))
+        tokens = n_acc + 1
+        a = float(acceptance_rate(p1, q1))
+        f = expected_tokens(a, g)
+        se = tokens.std(ddof=1) / np.sqrt(N)
+        z.append((tokens.mean() - f) / se if se > 0 else 0.0)
+        alphas.append(a)
+        sim.append(tokens.mean())
+        formula.append(f)
+        first = np.where(n_acc > 0, d[:, 0], nxt)  # the emitted token at the first position
+        p_ref.append(pooled_chisquare(np.bincount(first, minlength=V), p1)[2])
+        # control: on a rejection draw again from p (wrong: the residual is what makes it exact)
+        wrong = np.where(n_acc > 0, d[:, 0], categorical(np.broadcast_to(p1, (N, V)), rng))
+        first_ctrl.append((wrong, p1))
+    return {"z": np.array(z), "alpha": np.array(alphas), "simulated": np.array(sim), "formula": np.array(formula),
+            "lossless_p": np.array(p_ref), "control_samples": first_ctrl}
+
+
+def control_p_values(control_samples: list, draws: int) -> np.ndarray:
+    """Pearson p-values of the resample-from-p control on its first ``draws`` calls per pair."""
+    V = CHECK_VOCAB
+    return np.array([pooled_chisquare(np.bincount(x[:draws], minlength=V), p)[2] for x, p in control_samples])
+
+
+def geometric_identity():
+    """sympy: ``sum_{k=0..gamma} alpha^k - (1 - alpha^(gamma+1)) / (1 - alpha)`` for symbolic ``gamma``.
+
+    ``summation`` returns a Piecewise (``gamma + 1`` at ``alpha = 1``); the returned expression
+    adds the simplified gap of both branches to their closed forms, so it is 0 exactly when the
+    formula of :func:`compendium.speculative.expected_tokens` holds for every ``gamma``.
+    """
+    import sympy as sp
+
+    alpha, k, gamma = sp.symbols("alpha k gamma", positive=True)
+    total = sp.summation(alpha**k, (k, 0, gamma))
+    closed = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    branches = {bool(cond == sp.true): expr for expr, cond in total.args}
+    return sp.simplify(branches[True] - closed) + sp.simplify(branches[False] - (gamma + 1))
+
+
+def pinsker_check(config: Config) -> dict:
+    """``1 - alpha <= sqrt(KL(p || q) / 2)`` on random pairs of mixed concentrations."""
+    rng = make_rng(config.seed, 2)
+    n = config.pinsker_pairs
+    conc = rng.choice([0.1, 0.5, 1.0, 5.0], size=n)[:, None]
+    p = rng.gamma(np.broadcast_to(conc, (n, CHECK_VOCAB)))
+    q = rng.gamma(np.broadcast_to(conc, (n, CHECK_VOCAB)))
+    p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+    q = np.maximum(q, 1e-12)
+    q /= q.sum(1, keepdims=True)
+    kl = entropy_term(p) - (p * np.log(q)).sum(1)
+    gap = np.sqrt(kl / 2) - (1 - acceptance_rate(p, q))
+    return {"violations": int((gap < -1e-12).sum()), "min_gap": float(gap.min()), "pairs": n}
+
+
+def cumulative_pinsker(run: ol.StreamRun) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_{s<=t} (1 - alpha_s)`` and the bound ``sqrt(t/2 * sum_{s<=t} l_s)`` along a run."""
+    t = np.arange(1, len(run.alpha) + 1)
+    return np.cumsum(1 - run.alpha), np.sqrt(t / 2 * np.cumsum(run.loss))
+
+
+def context_lossless_p(emitted: np.ndarray, target, contexts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-context Pearson tests of the emitted tokens against ``p(. | a, b)``.
+
+    ``emitted`` is ``(M, 3)`` rows ``(a, b, x)``; the ``contexts`` most frequent contexts are
+    tested. Returns their p-values and sample sizes.
+    """
+    V = target.vocab
+    key = emitted[:, 0] * (V + 1) + emitted[:, 1]
+    uniq, counts = np.unique(key, return_counts=True)
+    top = uniq[np.argsort(-counts, kind="stable")[:contexts]]
+    pvals, sizes = [], []
+    for k in top:
+        x = emitted[key == k, 2]
+        a, b = divmod(int(k), V + 1)
+        pvals.append(pooled_chisquare(np.bincount(x, minlength=V), target.rows(a, b))[2])
+        sizes.append(len(x))
+    return np.array(pvals), np.array(sizes)
+
+
+# ------------------------------------------------------------------------------------------ online
+@dataclass
+class Replicate:
+    """One target with its offline draft, oracle drafts and the learners' runs on each stream."""
+
+    runs: dict            # stream -> method -> StreamRun
+    offline_fit: dict     # loss, iterations, converged
+    offline_alpha_a: float  # exact acceptance of the offline draft on domain-A contexts
+    hedge_weights: dict   # stream -> final Hedge weights of the two ensembles
+    target: object = field(repr=False, default=None)
+
+
+def _setup(config: Config, replicate: int):
+    target = block_target(config.vocab, DOMAINS, config.target_smoothing, config.target_sharpness,
+                          config.target_interaction, make_rng(config.seed, 10, replicate))
+    shape = DraftShape(config.vocab, config.draft_rank)
+    rng = make_rng(config.seed, 11, replicate)
+    theta0 = shape.init(rng)
+    drafts, fits = [], []
+    for k in range(DOMAINS):  # k = 0: the offline draft (domain A); all three: the oracle's
+        a, b = sample_contexts(target, np.eye(DOMAINS)[k], config.offline_sequences, config.tokens_per_prompt, rng)
+        theta, info = fit_offline(target, shape, theta0, a, b)
+        drafts.append(theta)
+        fits.append(info)
+        if k == 0:
+            from .model import expected_acceptance
+
+            alpha_a = expected_acceptance(target, shape, theta, a, b)
+    return target, shape, drafts, fits[0], alpha_a
+
+
+def _learners(config: Config, shape, drafts, stream: str, lr: dict) -> dict:
+    off = drafts[0]
+    L = {"offline": ol.Fixed(shape, off)}
+    if stream == "stationary":
+        L["ogd"] = ol.OGD(shape, off, lr["ogd"])
+        return L
+    for eta in config.learning_rates:
+        L[f"ogd@{eta:g}"] = ol.OGD(shape, off, eta)
+    L["optimistic"] = ol.Optimistic(shape, off, lr["optimistic"])
+    L["momentum"] = ol.Momentum(shape, off, lr["momentum"], config.momentum)
+    L["hedge-average"] = ol.HedgeAverage(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
+    L["hedge-mixture"] = ol.HedgeMixture(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
+    if stream == "piecewise":
+        L["oracle"] = ol.Fixed(shape, off, schedule=[drafts[k] for k in ol.segment_domains(config.chunks)])
+    return L
+
+
+def tune_step_sizes(config: Config) -> dict:
+    """Pick each tuned method's step size from ``learning_rates`` on a dev replicate.
+
+    The dev replicate has its own target, draft and stream (replicate index ``-1`` in the seed
+    tree, never used for a ledger interval). For each stream type and method in :data:`TUNED`,
+    the step size with the highest mean acceptance wins. Returns ``{'choice': {stream: {method:
+    lr}}, 'dev_alpha': {stream: {method: [alpha per lr]}}}``.
+    """
+    target, shape, drafts, _, _ = _setup(config, 2**20)
+    choice, dev = {}, {}
+    for s, stream in enumerate(("piecewise", "smooth")):
+        learners = []
+        for cls in (ol.OGD, ol.Optimistic):
+            learners += [cls(shape, drafts[0], eta) for eta in config.learning_rates]
+        learners += [ol.Momentum(shape, drafts[0], eta, config.momentum) for eta in config.learning_rates]
+        runs = ol.run_streams(target, learners, ol.stream_weights(stream, config.chunks, DOMAINS),
+                              config.prompts_per_chunk, config.tokens_per_prompt, config.gamma,
+                              make_rng(config.seed, 13, s))
+        alpha = np.array([r.mean_alpha for r in runs]).reshape(3, len(config.learning_rates))
+        dev[stream] = {m: alpha[i].tolist() for i, m in enumerate(TUNED)}
+        choice[stream] = {m: config.learning_rates[int(np.argmax(alpha[i]))] for i, m in enumerate(TUNED)}
+    return {"choice": choice, "dev_alpha": dev}
+
+
+def run_replicate(config: Config, replicate: int, choice: dict, keep_emitted: bool = False) -> Replicate:
+    """Every learner on the three streams of one replicate."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        target, shape, drafts, fit, alpha_a = _setup(config, replicate)
+        runs, weights = {}, {}
+        for s, stream in enumerate(ol.STREAMS):
+            lr = choice.get(stream, choice["piecewise"])
+            learners = _learners(config, shape, drafts, stream, lr)
+            names = list(learners)
+            keep = tuple(i for i, n in enumerate(names) if n not in ("offline", "oracle")) if keep_emitted else ()
+            out = ol.run_streams(target, list(learners.values()), ol.stream_weights(stream, config.chunks, DOMAINS),
+                                 config.prompts_per_chunk, config.tokens_per_prompt, config.gamma,
+                                 make_rng(config.seed, 12, replicate, s), keep_emitted=keep)
+            runs[stream] = dict(zip(names, out))
+            weights[stream] = {n: learners[n].weights.tolist() for n in ("hedge-average", "hedge-mixture") if n in learners}
+    return Replicate(runs, fit, alpha_a, weights, target)
+
+
+# ------------------------------------------------------------------------------------------ result
+@dataclass
+class Result:
+    """What :func:`run` returns: data and metrics, never plots."""
+
+    config: Config
+    tuning: dict
+    replicates: list                # Replicate per replicate
+    formula: dict                   # run_formula_checks
+    pinsker: dict                   # pinsker_check
+    online_lossless_p: np.ndarray   # per-context p-values (updating learners, replicate 0)
+    online_lossless_n: np.ndarray   # their sample sizes
+    control_lossless_p: np.ndarray  # resample-from-p control at the online sample size
+    control_draws: int
+
+    def alpha(self, stream: str, method: str) -> np.ndarray:
+        """Mean acceptance per replicate, shape ``(replicates,)``."""
+        return np.array([r.runs[stream][method].mean_alpha for r in self.replicates])
+
+    def curve(self, stream: str, method: str, what: str = "alpha") -> np.ndarray:
+        """Per-chunk values, shape ``(replicates, chunks)``."""
+        return np.stack([getattr(r.runs[stream][method], what) for r in self.replicates])
+
+    def methods(self, stream: str) -> list:
+        return list(self.replicates[0].runs[stream])
+
+    def tuned(self, stream: str, method: str) -> str:
+        """Name of the run that holds ``method`` at its dev-tuned step size."""
+        if method == "ogd":
+            lr = self.tuning["choice"].get(stream, self.tuning["choice"]["piecewise"])["ogd"]
+            return "ogd" if stream == "stationary" else f"ogd@{lr:g}"
+        return method
+
+    def single_lr_alpha(self, stream: str) -> np.ndarray:
+        """``(replicates, 3)``: OGD at each fixed step size."""
+        return np.stack([self.alpha(stream, f"ogd@{eta:g}") for eta in self.config.learning_rates], axis=1)
+
+
+def ensemble_comparison(result: Result, stream: str, method: str, margin: float = 0.01) -> dict:
+    """The ensemble against the single step sizes, paired over replicates.
+
+    ``best`` is the step size with the highest mean acceptance over the replicates (chosen in
+    hindsight: the strongest single comparator), ``median`` the middle one by that mean. Returns
+    the t intervals of ``ensemble - best`` and ``ensemble - median``.
+    """
+    singles = result.single_lr_alpha(stream)
+    order = np.argsort(singles.mean(0))
+    ens = result.alpha(stream, method)
+    best, median = singles[:, order[-1]], singles[:, order[1]]
+    return {"vs_best": paired_difference(ens, best, unit=UNIT), "vs_median": paired_difference(ens, median, unit=UNIT),
+            "best_lr": result.config.learning_rates[order[-1]], "median_lr": result.config.learning_rates[order[1]],
+            "margin": margin}
+
+
+def every_replicate_difference(a: np.ndarray, b: np.ndarray) -> dict:
+    """Smallest per-replicate difference ``a - b`` (``> 0`` means ``a`` wins in every replicate)."""
+    d = np.asarray(a) - np.asarray(b)
+    return {"smallest": float(d.min()), "differences": d.tolist(), "wins": int((d > 0).sum()), "n": int(d.size)}
+
+
+def offline_alpha_estimate(result: Result) -> Estimate:
+    """t interval of the offline draft's exact acceptance on domain A over replicates."""
+    return mean_interval([r.offline_alpha_a for r in result.replicates], unit=UNIT)
+
+
+def cumulative_bound_ratio(result: Result) -> dict:
+    """Largest ``sum_t (1 - alpha_t) / sqrt(T/2 sum_t l_t)`` over every run and every prefix."""
+    worst, where = 0.0, None
+    for i, rep in enumerate(result.replicates):
+        for stream, runs in rep.runs.items():
+            for name, run in runs.items():
+                lhs, rhs = cumulative_pinsker(run)
+                ratio = float((lhs / rhs).max())
+                if ratio > worst:
+                    worst, where = ratio, (i, stream, name)
+    return {"max_ratio": worst, "where": where}
+
+
+def speedups(result: Result, stream: str, methods: list) -> dict:
+    """Modeled speed-up ``E[tokens](alpha) / (gamma c + 1)`` at each method's mean acceptance."""
+    c = result.config
+    return {m: float(np.mean(modeled_speedup(result.alpha(stream, m), c.gamma, c.cost_ratio))) for m in methods}
+
+
+def dynamic_regret(result: Result, stream: str = "piecewise") -> dict:
+    """``sum_t l_t(theta_t) - sum_t l_t(oracle_t)`` per method, mean over replicates.
+
+    The oracle plays the draft trained offline on each segment's domain; its losses are measured
+    on its own verified contexts, so this is a proxy of the dynamic regret, not the exact one.
+    """
+    oracle = result.curve(stream, "oracle", "loss").sum(1)
+    return {m: float((result.curve(stream, m, "loss").sum(1) - oracle).mean()) for m in result.methods(stream)}
+
+
+def run(config: Config) -> Result:
+    """Every experiment of the chapter."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        tuning = tune_step_sizes(config)
+        replicates = [run_replicate(config, r, tuning["choice"], keep_emitted=(r == 0)) for r in range(config.replicates)]
+        formula = run_formula_checks(config)
+        pinsker = pinsker_check(config)
+    rep0 = replicates[0]
+    emitted = np.concatenate([run.emitted for runs in rep0.runs.values() for run in runs.values()
+                              if run.emitted is not None])
+    p_online, n_online = context_lossless_p(emitted, rep0.target, config.check_pairs)
+    draws = int(min(config.check_rounds, np.median(n_online)))
+    return Result(config, tuning, replicates, {k: v for k, v in formula.items() if k != "control_samples"}, pinsker,
+                  p_online, n_online, control_p_values(formula["control_samples"], draws), draws)

@@ -1,0 +1,258 @@
+"""Tests for compendium.papers.online_spec: shapes, gradients, learners, losslessness, tiny run."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from compendium import speculative as spec
+from compendium.papers import online_spec as paper
+
+TINY = dict(vocab=12, gamma=3, draft_rank=2, offline_sequences=32, prompts_per_chunk=6, tokens_per_prompt=8,
+            chunks_per_segment=2, replicates=2, check_pairs=4, check_rounds=400, pinsker_pairs=200)
+
+
+def target(V=12, seed=0, **kw):
+    args = dict(leak=0.05, sharpness=1.0, interaction=1.0) | kw
+    return paper.block_target(V, 3, args["leak"], args["sharpness"], args["interaction"], np.random.default_rng(seed))
+
+
+# ---------------------------------------------------------------- shapes and the target
+def test_target_rows_are_distributions_that_stay_in_the_block():
+    tg = target()
+    table = tg.model.table
+    assert table.shape == (13, 13, 12)
+    np.testing.assert_allclose(table.sum(-1), 1.0)
+    for k, block in enumerate(tg.blocks):
+        outside = np.setdiff1d(np.arange(12), block)
+        assert np.all(table[:, block][..., outside] == 0), "the newest token's block is closed"
+    assert np.all(table[:, 12] > 0), "after the start symbol every token is possible"
+    with pytest.raises(ValueError):
+        paper.block_target(4, 3, 0.0, 1.0, 1.0, np.random.default_rng(0))
+
+
+def test_prompts_and_contexts_stay_in_their_domain():
+    tg = target()
+    rng = np.random.default_rng(1)
+    prompts = paper.domain_prompts(tg, np.array([0.0, 1.0, 0.0]), 50, rng)
+    assert prompts.shape == (50, 2) and np.all(np.isin(prompts, tg.blocks[1]))
+    a, b = paper.sample_contexts(tg, np.array([0.0, 0.0, 1.0]), 20, 6, rng)
+    assert a.shape == (120,) and np.all(np.isin(b, tg.blocks[2])) and np.all(np.isin(a, tg.blocks[2]))
+    with pytest.raises(ValueError):
+        paper.domain_prompts(tg, np.array([0.5, 0.6, 0.0]), 5, rng)
+
+
+def test_draft_table_equals_direct_probabilities_and_survives_huge_logits():
+    shape = paper.DraftShape(12, 2)
+    theta = shape.init(np.random.default_rng(2), scale=1.0)
+    a, b = np.divmod(np.arange(169), 13)
+    table = paper.draft_table(shape, theta)
+    np.testing.assert_allclose(table[a, b], paper.draft_probs(shape, theta, a, b), atol=1e-12)
+    big = theta * 400  # factorised maxima underflow: rows are recomputed directly
+    np.testing.assert_allclose(paper.draft_table(shape, big)[a, b], paper.draft_probs(shape, big, a, b), atol=1e-9)
+    assert np.all(np.isfinite(paper.draft_table(shape, big)))
+
+
+# ---------------------------------------------------------------- gradients and training
+def test_kl_gradient_matches_finite_differences():
+    tg = target()
+    shape = paper.DraftShape(12, 2)
+    rng = np.random.default_rng(3)
+    theta = shape.init(rng, scale=0.5)
+    a, b = rng.integers(0, 13, 40), rng.integers(0, 13, 40)
+    p = tg.rows(a, b)
+    w = rng.dirichlet(np.ones(40))
+    loss, grad = paper.kl_loss_and_grad(shape, theta, a, b, p, w)
+    q = paper.draft_probs(shape, theta, a, b)
+    kl = (p * (np.log(np.where(p > 0, p, 1)) - np.log(q))).sum(1)
+    assert abs(loss - w @ kl) < 1e-12 and loss >= 0
+    for i in rng.choice(theta.size, 25, replace=False):
+        e = np.zeros_like(theta)
+        e[i] = 1e-6
+        fd = (paper.kl_loss_and_grad(shape, theta + e, a, b, p, w)[0] - paper.kl_loss_and_grad(shape, theta - e, a, b, p, w)[0]) / 2e-6
+        assert abs(fd - grad[i]) < 1e-6 * max(1.0, abs(fd)), i
+
+
+def test_offline_fit_converges_and_gains_acceptance_on_its_domain_only():
+    tg = target(V=15)
+    shape = paper.DraftShape(15, 2)
+    rng = np.random.default_rng(4)
+    a, b = paper.sample_contexts(tg, np.array([1.0, 0, 0]), 64, 8, rng)
+    aB, bB = paper.sample_contexts(tg, np.array([0, 1.0, 0]), 64, 8, rng)
+    theta0 = shape.init(rng)
+    theta, info = paper.fit_offline(tg, shape, theta0, a, b)
+    before, after = (paper.expected_acceptance(tg, shape, th, a, b) for th in (theta0, theta))
+    assert after > before + 0.2 and info["loss"] >= 0
+    assert paper.expected_acceptance(tg, shape, theta, aB, bB) < 0.05, "domain B is closed: A's draft misses it"
+
+
+# ---------------------------------------------------------------- decoding and learners
+def test_decode_chunk_bookkeeping_and_exact_alpha():
+    tg = target()
+    shape = paper.DraftShape(12, 2)
+    rng = np.random.default_rng(5)
+    theta = shape.init(rng, scale=1.0)
+    prompts = paper.domain_prompts(tg, np.array([1 / 3] * 3), 9, rng)
+    draft = paper.StackedDraft(shape, [paper.Fixed(shape, theta)], 9)
+    chunk = paper.decode_chunk(tg, draft, prompts, 10, 3, rng)
+    assert chunk.tokens.shape == (9, 12) and np.array_equal(chunk.tokens[:, :2], prompts)
+    assert np.all(chunk.accepted >= 0) and np.all(chunk.accepted <= 3)
+    per_row = np.bincount(chunk.call_row, weights=chunk.accepted + 1, minlength=9)
+    assert np.all(per_row >= 10), "each sequence gets at least its tokens"
+    np.testing.assert_allclose(chunk.p, tg.rows(chunk.a, chunk.b))
+    np.testing.assert_allclose(chunk.q, paper.draft_probs(shape, theta, chunk.a, chunk.b), atol=1e-12)
+    np.testing.assert_allclose(chunk.alpha, spec.acceptance_rate(chunk.p, chunk.q))
+    # every emitted token after its context is one the target allows
+    tok = chunk.tokens
+    assert np.all(tg.rows(tok[:, :-2], tok[:, 1:-1])[np.arange(9)[:, None], np.arange(10), tok[:, 2:]] > 0)
+
+
+def test_stacked_draft_gives_each_learner_its_own_rows_and_mixture():
+    shape = paper.DraftShape(12, 2)
+    rng = np.random.default_rng(6)
+    t1, t2 = shape.init(rng, 1.0), shape.init(rng, 1.0)
+    mix = paper.HedgeMixture(shape, t1, [0.1, 1.0, 3.0], 1.0, 0.0)
+    mix.thetas = [t1, t2, t1]
+    mix.log_w = np.log(np.array([0.2, 0.5, 0.3]))
+    stacked = paper.StackedDraft(shape, [paper.Fixed(shape, t1), mix, paper.Fixed(shape, t2)], 4)
+    rows = np.array([0, 3, 4, 7, 8, 11])
+    a, b = rng.integers(0, 13, 6), rng.integers(0, 13, 6)
+    q = stacked(rows, a, b)
+    q1, q2 = paper.draft_probs(shape, t1, a, b), paper.draft_probs(shape, t2, a, b)
+    np.testing.assert_allclose(q[:2], q1[:2])
+    np.testing.assert_allclose(q[2:4], 0.5 * q1[2:4] + 0.5 * q2[2:4])
+    np.testing.assert_allclose(q[4:], q2[4:])
+
+
+def _chunk(tg, shape, rng, n=30):
+    a, b = rng.integers(0, 12, n), rng.integers(0, 12, n)
+    p = tg.rows(a, b)
+    return paper.Chunk(np.zeros(n, int), a, b, p, p, np.ones(n), np.zeros(1, int), np.zeros(1, int), np.zeros((1, 2), int))
+
+
+def test_learner_updates_follow_their_equations():
+    tg = target()
+    shape = paper.DraftShape(12, 2)
+    rng = np.random.default_rng(7)
+    theta = shape.init(rng)
+    c1, c2 = _chunk(tg, shape, rng), _chunk(tg, shape, rng)
+    ne1, ne2 = paper.entropy_term(c1.p), paper.entropy_term(c2.p)
+
+    def grad(th, c):
+        return paper.kl_loss_and_grad(shape, th, c.a, c.b, c.p)[1]
+
+    ogd = paper.OGD(shape, theta, 2.0)
+    ogd.update(c1, ne1, 0)
+    np.testing.assert_allclose(ogd.theta, theta - 2.0 * grad(theta, c1))
+    opt = paper.Optimistic(shape, theta, 2.0)
+    opt.update(c1, ne1, 0)
+    x1 = theta - 2.0 * 2 * grad(theta, c1)
+    np.testing.assert_allclose(opt.theta, x1)
+    opt.update(c2, ne2, 1)
+    np.testing.assert_allclose(opt.theta, x1 - 2.0 * (2 * grad(x1, c2) - grad(theta, c1)))
+    mom = paper.Momentum(shape, theta, 2.0, 0.5)
+    mom.update(c1, ne1, 0)
+    mom.update(c2, ne2, 1)
+    v1 = grad(theta, c1)
+    y1 = theta - 0.5 * 2.0 * v1
+    np.testing.assert_allclose(mom.theta, y1 - 0.5 * 2.0 * (0.5 * v1 + grad(y1, c2)))
+    fixed = paper.Fixed(shape, theta, schedule=[theta, theta + 1, theta + 2])
+    fixed.update(c1, ne1, 0)
+    np.testing.assert_allclose(fixed.theta, theta + 1)
+
+
+def test_hedge_weights_move_to_the_better_step_size():
+    w = paper.hedge_step(np.log(np.full(3, 1 / 3)), np.array([1.0, 0.0, 2.0]), 2.0, 0.0)
+    assert np.isclose(np.exp(w).sum(), 1) and np.argmax(w) == 1
+    shared = paper.hedge_step(np.log(np.array([1.0, 1e-30, 1e-30]) / (1 + 2e-30)), np.zeros(3), 1.0, 0.3)
+    assert np.exp(shared).min() >= 0.1 - 1e-12, "fixed share keeps every weight above share / K"
+    tg = target()
+    shape = paper.DraftShape(12, 2)
+    rng = np.random.default_rng(8)
+    ens = paper.HedgeAverage(shape, shape.init(rng), [0.1, 1.0, 3.0], 5.0, 0.0)
+    c = _chunk(tg, shape, rng)
+    ne = paper.entropy_term(c.p)
+    ens.update(c, ne, 0)
+    g = paper.kl_loss_and_grad(shape, ens.proposals[1], c.a, c.b, c.p)[1] * 0  # shapes only
+    assert g.shape == ens.theta.shape
+    np.testing.assert_allclose(ens.theta, np.mean(ens.proposals, axis=0))  # equal weights on chunk 0
+    before = ens.weights.copy()
+    ens.update(c, ne, 1)
+    assert not np.allclose(before, ens.weights) and np.isclose(ens.weights.sum(), 1)
+
+
+def test_streams():
+    for kind in paper.STREAMS:
+        w = paper.stream_weights(kind, 12, 3)
+        assert w.shape == (12, 3) and np.allclose(w.sum(1), 1)
+    np.testing.assert_array_equal(paper.segment_domains(8), [0, 0, 1, 1, 2, 2, 0, 0])
+    smooth = paper.stream_weights("smooth", 12, 3)
+    assert np.argmax(smooth[0]) == 0 and np.argmax(smooth[4]) == 1 and np.argmax(smooth[8]) == 2
+    with pytest.raises(ValueError):
+        paper.stream_weights("wavy", 12, 3)
+
+
+# ---------------------------------------------------------------- losslessness and the statistics
+def test_online_decoding_is_lossless_per_context():
+    tg = target(V=9, leak=0.1)
+    shape = paper.DraftShape(9, 1)
+    rng = np.random.default_rng(9)
+    learner = paper.OGD(shape, shape.init(rng, 1.0), 5.0)
+    runs = paper.run_streams(tg, [learner], paper.stream_weights("smooth", 12, 3), 60, 30, 3, rng, keep_emitted=(0,))
+    p, n = paper.context_lossless_p(runs[0].emitted, tg, 12)
+    assert n.min() > 100 and np.mean(p < 0.01) <= 0.2
+    # the same test sees the resample-from-p bug
+    fm = paper.run_formula_checks(paper.Config(**TINY))
+    assert np.mean(paper.control_p_values(fm["control_samples"], 400) < 0.05) >= 0.5
+
+
+def test_statistics_helpers():
+    d = paper.every_replicate_difference(np.array([0.5, 0.6, 0.4]), np.array([0.4, 0.61, 0.1]))
+    assert d["smallest"] == pytest.approx(-0.01) and d["wins"] == 2
+    run = paper.StreamRun(np.array([0.5, 0.8]), np.array([0.4, 0.1]), np.ones(2), np.ones(2))
+    lhs, rhs = paper.cumulative_pinsker(run)
+    np.testing.assert_allclose(lhs, [0.5, 0.7])
+    np.testing.assert_allclose(rhs, [np.sqrt(0.5 * 0.4), np.sqrt(1.0 * 0.5)])
+    assert paper.geometric_identity() == 0
+    pk = paper.pinsker_check(paper.Config(**TINY))
+    assert pk["violations"] == 0 and pk["min_gap"] >= 0
+
+
+# ---------------------------------------------------------------- config and run
+@pytest.mark.parametrize("bad", [dict(vocab=5), dict(gamma=0), dict(learning_rates=(1.0, 2.0)),
+                                 dict(learning_rates=(3.0, 2.0, 1.0)), dict(replicates=1), dict(hedge_share=1.0),
+                                 dict(momentum=True), dict(target_smoothing=1.0), dict(seed=-1)])
+def test_bad_config_raises(bad):
+    with pytest.raises(ValueError):
+        paper.Config(**bad)
+
+
+def test_tiny_run_is_deterministic_and_complete():
+    config = paper.Config(**TINY)
+    first, second = paper.run(config), paper.run(config)
+    for stream in paper.STREAMS:
+        assert first.methods(stream) == second.methods(stream)
+        for m in first.methods(stream):
+            assert np.array_equal(first.curve(stream, m), second.curve(stream, m)), (stream, m)
+            assert first.curve(stream, m).shape == (2, config.chunks)
+    assert "oracle" in first.methods("piecewise") and "oracle" not in first.methods("smooth")
+    assert set(first.tuning["choice"]) == {"piecewise", "smooth"}
+    assert np.array_equal(first.online_lossless_p, second.online_lossless_p)
+    cmp = paper.ensemble_comparison(first, "piecewise", "hedge-average")
+    assert cmp["vs_best"].n == 2 and cmp["best_lr"] in config.learning_rates
+    assert paper.cumulative_bound_ratio(first)["max_ratio"] <= 1.0
+    off = paper.offline_alpha_estimate(first)
+    assert 0 <= off.point <= 1
+    sp = paper.speedups(first, "piecewise", ["offline", "oracle"])
+    assert all(v > 0 for v in sp.values())
+    regret = paper.dynamic_regret(first)
+    assert regret["oracle"] == 0.0
+    assert dataclasses.is_dataclass(first)
+
+
+def test_the_mixture_and_kl_helpers_agree_with_scipy():
+    rng = np.random.default_rng(10)
+    p, q = rng.dirichlet(np.ones(7), size=5), rng.dirichlet(np.ones(7), size=5)
+    ref = scipy.stats.entropy(p.T, q.T)
+    np.testing.assert_allclose(paper.entropy_term(p) - (p * np.log(q)).sum(1), ref)
