@@ -217,7 +217,7 @@ def run(config: Config) -> Result:
     toy = tasks["toy"]
     sweep = {b: _metric_table(toy, {"ccc": p})["ccc"] for b, p in out["sweep"].items()}
     bias = {m: np.array([per_bin_bias(t, p) for t, p in zip(toy, preds)]) for m, preds in out["preds"]["toy"].items()}
-    example = {"y": toy[0].y_test, "region": toy[0].test_region,
+    example = {"y": toy[0].y_test, "region": toy[0].test_region, "train_y": toy[0].y_train,
                "preds": {m: p[0] for m, p in out["preds"]["toy"].items()}}
     regions = {n: {r: int((ts[0].test_region == r).sum()) for r in ts[0].regions} for n, ts in tasks.items()}
     regions["train_sizes"] = {n: int(np.mean([len(t.y_train) for t in ts])) for n, ts in tasks.items()}
