@@ -142,6 +142,13 @@ def test_shared_prefill_equals_full_forward_and_sampling_law():
     # teacher-forced success probability matches the sampled rate (standard routing, T = 1)
     topk = paper.RoutingPolicy.top_k(4, 8)
     p = paper.correct_probability(paper.target_logits(models[0], seq, topk, 4, gen), seq, 1.0)
+    # one prefill serves every policy: passing it in changes nothing (run() does this)
+    pre = paper.prefill(models[0], seq)
+    for policy in (topk, es):
+        assert torch.equal(paper.target_logits(models[0], seq, policy, 4, torch.Generator().manual_seed(5)),
+                           paper.target_logits(models[0], seq, policy, 4, torch.Generator().manual_seed(5), pre))
+    assert np.array_equal(paper.sample_answers_shared(models[0], seq, 8, es, 0.7, torch.Generator().manual_seed(6)),
+                          paper.sample_answers_shared(models[0], seq, 8, es, 0.7, torch.Generator().manual_seed(6), pre))
     assert p.shape == (1, 40)
     many = paper.sample_answers_shared(models[0], seq, 400, topk, 1.0, gen)
     hits = (many == answer_code(seq[:, 5:])[:, None]).mean(1)

@@ -17,7 +17,7 @@ from compendium.kernels.routing import expert_sample_route_reference, gumbel_noi
 
 from ...stats import mean_interval
 from .frontier import (answer_loglik_shared, correct_probability, crossed_bootstrap, frontier_gap_estimates, largest_estimate,
-                       pass_at_k_draws, sample_answers_shared, target_logits)
+                       pass_at_k_draws, prefill, sample_answers_shared, target_logits)
 from .model import ANSWER_LEN, EQUALS, PROMPT_LEN, TinyMoELM, answer_code, splits
 from .sampling import (RoutingPolicy, best_of_n, distinct_rate, majority_vote, pass_at_k,
                        pass_at_k_brute_force, router_profile)
@@ -154,7 +154,8 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
             plan[main] = es_main
         for tau in config.routing_temperatures:
             plan[f"noise_{tau:g}"] = RoutingPolicy.all_experts_noise(k, e, tau)
-        logits = {name: [target_logits(model, test, pol, config.routing_draws, gen(i, 1000 + s))
+        prefilled = [prefill(model, test) for model in models]  # standard routing: one prefill serves every policy
+        logits = {name: [target_logits(model, test, pol, config.routing_draws, gen(i, 1000 + s), prefilled[i])
                          for i, model in enumerate(models)] for s, (name, pol) in enumerate(plan.items())}
         prob = lambda name, temp: [correct_probability(x, test, temp) for x in logits[name]]  # noqa: E731
         record("greedy", prob("topk", 0.0))
@@ -180,8 +181,8 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
         bon = {key: {"likelihood": [], "majority": [], "distinct": []} for key in ("es", "topk")}
         for key, pol in (("topk", topk), ("es", es_main)):
             for i, model in enumerate(models):
-                answers = sample_answers_shared(model, test, n, pol, T, gen(i, 5000 + (key == "es")))
-                loglik = answer_loglik_shared(model, test, answers)
+                answers = sample_answers_shared(model, test, n, pol, T, gen(i, 5000 + (key == "es")), prefilled[i])
+                loglik = answer_loglik_shared(model, test, answers, prefilled[i])
                 bon[key]["likelihood"].append((best_of_n(answers, loglik) == targets).astype(float))
                 bon[key]["majority"].append((majority_vote(answers) == targets).astype(float))
                 bon[key]["distinct"].append(distinct_rate(answers))

@@ -104,11 +104,14 @@ def _noise(model: TinyMoELM, batch: int, policy: RoutingPolicy, generator: torch
 
 @torch.no_grad()
 def sample_answers_shared(model: TinyMoELM, prompts: np.ndarray, n: int, policy: RoutingPolicy,
-                          token_temperature: float, generator: torch.Generator) -> np.ndarray:
-    """``n`` answers per prompt with a shared prefill; (P, n) answer codes (greedy when T = 0)."""
+                          token_temperature: float, generator: torch.Generator, prefilled=None) -> np.ndarray:
+    """``n`` answers per prompt with a shared prefill; (P, n) answer codes (greedy when T = 0).
+
+    ``prefilled``: the output of :func:`prefill` for these prompts, when the caller already has it
+    (the prefill uses standard routing, so one serves every policy)."""
     if token_temperature < 0:
         raise ValueError(f"token_temperature must be >= 0, got {token_temperature}")
-    first, cache = prefill(model, prompts)
+    first, cache = prefilled if prefilled is not None else prefill(model, prompts)
     P = len(first)
     rows = torch.arange(P).repeat_interleave(n)
     noise = _noise(model, P * n, policy, generator)
@@ -128,13 +131,14 @@ def sample_answers_shared(model: TinyMoELM, prompts: np.ndarray, n: int, policy:
 
 @torch.no_grad()
 def target_logits(model: TinyMoELM, seq: np.ndarray, policy: RoutingPolicy, draws: int,
-                  generator: torch.Generator) -> torch.Tensor:
+                  generator: torch.Generator, prefilled=None) -> torch.Tensor:
     """Teacher-forced answer-digit logits (draws, P, ANSWER_LEN, 10) along the correct answers.
 
-    Deterministic policies give one draw whatever ``draws`` is.
+    Deterministic policies give one draw whatever ``draws`` is; ``prefilled`` as in
+    :func:`sample_answers_shared`.
     """
     seq = np.asarray(seq)
-    first, cache = prefill(model, seq)
+    first, cache = prefilled if prefilled is not None else prefill(model, seq)
     P = len(seq)
     R = draws if policy.stochastic else 1
     rows = torch.arange(P).repeat_interleave(R)                               # row p * R + r: problem p, draw r
@@ -145,11 +149,12 @@ def target_logits(model: TinyMoELM, seq: np.ndarray, policy: RoutingPolicy, draw
 
 
 @torch.no_grad()
-def answer_loglik_shared(model: TinyMoELM, prompts: np.ndarray, answers: np.ndarray) -> np.ndarray:
+def answer_loglik_shared(model: TinyMoELM, prompts: np.ndarray, answers: np.ndarray, prefilled=None) -> np.ndarray:
     """Log-likelihood (P, n) of sampled answers under standard routing, with one prefill per problem
-    (the same numbers as :func:`.sampling.answer_loglik`, computed without re-running the prompt)."""
+    (the same numbers as :func:`.sampling.answer_loglik`, computed without re-running the prompt);
+    ``prefilled`` as in :func:`sample_answers_shared`."""
     P, n = answers.shape
-    first, cache = prefill(model, prompts)
+    first, cache = prefilled if prefilled is not None else prefill(model, prompts)
     rows = torch.arange(P).repeat_interleave(n)
     codes = answers.reshape(-1)
     digits = torch.as_tensor(np.stack([codes % 10, (codes // 10) % 10, codes // 100], axis=-1))
@@ -212,8 +217,9 @@ def crossed_bootstrap(values: dict, statistic, *, rng, resamples: int = 2000, le
     mi = rng.integers(0, M, (resamples, M))
     pi = rng.integers(0, P, (resamples, P))
     # mean over a (models x problems) resample = row weights @ A @ column weights
-    mw = np.stack([np.bincount(r, minlength=M) for r in mi]) / M            # (R, M)
-    pw = np.stack([np.bincount(r, minlength=P) for r in pi]) / P            # (R, P)
+    offsets = np.arange(resamples)[:, None]
+    mw = np.bincount((offsets * M + mi).ravel(), minlength=resamples * M).reshape(resamples, M) / M   # (R, M)
+    pw = np.bincount((offsets * P + pi).ravel(), minlength=resamples * P).reshape(resamples, P) / P   # (R, P)
     means = {k: np.einsum("rm,mp,rp->r", mw, a, pw) for k, a in arrays.items()}
     for r in range(resamples):
         draws[r] = statistic({k: float(v[r]) for k, v in means.items()})
