@@ -1,6 +1,6 @@
 """The chapter's experiments: the acceptance formulas and losslessness on random pairs, the online
-runs on three streams over several replicates (each a fresh target, draft and stream), the
-step-size tuning on a dev replicate, and the statistics every ledger row uses.
+runs on three streams over several replicates (each a fresh target, draft and stream), and the
+statistics every ledger row uses.
 :func:`run` returns data and metrics and never plots."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .model import DraftShape, block_target, fit_offline, entropy_term, sample_c
 
 DOMAINS = 3
 CHECK_VOCAB = 16  # vocabulary of the random (p, q) pairs of the formula and losslessness checks
-TUNED = ("ogd", "optimistic", "momentum")  # step size chosen on the dev replicate
+SINGLE = ("ogd", "optimistic", "momentum")  # single-step-size learners: all at the middle step size
 UNIT = "replicates (target, draft, stream)"
 
 
@@ -232,16 +232,16 @@ def _setup(config: Config, replicate: int):
     return target, shape, drafts, fits[0], alpha_a
 
 
-def _learners(config: Config, shape, drafts, stream: str, lr: dict) -> dict:
+def _learners(config: Config, shape, drafts, stream: str, lr: float) -> dict:
     off = drafts[0]
     L = {"offline": ol.Fixed(shape, off)}
     if stream == "stationary":
-        L["ogd"] = ol.OGD(shape, off, lr["ogd"])
+        L["ogd"] = ol.OGD(shape, off, lr)
         return L
     for eta in config.learning_rates:
         L[f"ogd@{eta:g}"] = ol.OGD(shape, off, eta)
-    L["optimistic"] = ol.Optimistic(shape, off, lr["optimistic"])
-    L["momentum"] = ol.Momentum(shape, off, lr["momentum"], config.momentum)
+    L["optimistic"] = ol.Optimistic(shape, off, lr)
+    L["momentum"] = ol.Momentum(shape, off, lr, config.momentum)
     L["hedge-average"] = ol.HedgeAverage(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
     L["hedge-mixture"] = ol.HedgeMixture(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
     if stream == "piecewise":
@@ -249,40 +249,19 @@ def _learners(config: Config, shape, drafts, stream: str, lr: dict) -> dict:
     return L
 
 
-def tune_step_sizes(config: Config) -> dict:
-    """Pick each tuned method's step size from ``learning_rates`` on a dev replicate.
+def run_replicate(config: Config, replicate: int, keep_emitted: bool = False) -> Replicate:
+    """Every learner on the three streams of one replicate.
 
-    The dev replicate has its own target, draft and stream (replicate index ``-1`` in the seed
-    tree, never used for a ledger interval). For each stream type and method in :data:`TUNED`,
-    the step size with the highest mean acceptance wins. Returns ``{'choice': {stream: {method:
-    lr}}, 'dev_alpha': {stream: {method: [alpha per lr]}}}``.
+    OGD, optimistic OGD and momentum all use the middle step size of ``learning_rates`` (the same
+    for each, fixed in advance); OGD also runs at the other two for the ensemble comparisons.
     """
-    target, shape, drafts, _, _ = _setup(config, 2**20)
-    choice, dev = {}, {}
-    for s, stream in enumerate(("piecewise", "smooth")):
-        learners = []
-        for cls in (ol.OGD, ol.Optimistic):
-            learners += [cls(shape, drafts[0], eta) for eta in config.learning_rates]
-        learners += [ol.Momentum(shape, drafts[0], eta, config.momentum) for eta in config.learning_rates]
-        runs = ol.run_streams(target, learners, ol.stream_weights(stream, config.chunks, DOMAINS),
-                              config.prompts_per_chunk, config.tokens_per_prompt, config.gamma,
-                              make_rng(config.seed, 13, s))
-        alpha = np.array([r.mean_alpha for r in runs]).reshape(3, len(config.learning_rates))
-        dev[stream] = {m: alpha[i].tolist() for i, m in enumerate(TUNED)}
-        choice[stream] = {m: config.learning_rates[int(np.argmax(alpha[i]))] for i, m in enumerate(TUNED)}
-    return {"choice": choice, "dev_alpha": dev}
-
-
-def run_replicate(config: Config, replicate: int, choice: dict, keep_emitted: bool = False) -> Replicate:
-    """Every learner on the three streams of one replicate."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
         target, shape, drafts, fit, alpha_a = _setup(config, replicate)
         runs, weights = {}, {}
         for s, stream in enumerate(ol.STREAMS):
-            lr = choice.get(stream, choice["piecewise"])
-            learners = _learners(config, shape, drafts, stream, lr)
+            learners = _learners(config, shape, drafts, stream, config.learning_rates[1])
             names = list(learners)
             keep = tuple(i for i, n in enumerate(names) if n not in ("offline", "oracle")) if keep_emitted else ()
             out = ol.run_streams(target, list(learners.values()), ol.stream_weights(stream, config.chunks, DOMAINS),
@@ -299,7 +278,6 @@ class Result:
     """What :func:`run` returns: data and metrics, never plots."""
 
     config: Config
-    tuning: dict
     replicates: list                # Replicate per replicate
     formula: dict                   # run_formula_checks
     pinsker: dict                   # pinsker_check
@@ -319,12 +297,14 @@ class Result:
     def methods(self, stream: str) -> list:
         return list(self.replicates[0].runs[stream])
 
-    def tuned(self, stream: str, method: str) -> str:
-        """Name of the run that holds ``method`` at its dev-tuned step size."""
-        if method == "ogd":
-            lr = self.tuning["choice"].get(stream, self.tuning["choice"]["piecewise"])["ogd"]
-            return "ogd" if stream == "stationary" else f"ogd@{lr:g}"
-        return method
+    @property
+    def step_size(self) -> float:
+        """The step size of OGD, optimistic OGD and momentum: the middle one of the grid."""
+        return self.config.learning_rates[1]
+
+    def ogd(self, stream: str) -> str:
+        """Name of the OGD run at :attr:`step_size` on ``stream``."""
+        return "ogd" if stream == "stationary" else f"ogd@{self.step_size:g}"
 
     def single_lr_alpha(self, stream: str) -> np.ndarray:
         """``(replicates, 3)``: OGD at each fixed step size."""
@@ -392,8 +372,7 @@ def run(config: Config) -> Result:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
-        tuning = tune_step_sizes(config)
-        replicates = [run_replicate(config, r, tuning["choice"], keep_emitted=(r == 0)) for r in range(config.replicates)]
+        replicates = [run_replicate(config, r, keep_emitted=(r == 0)) for r in range(config.replicates)]
         formula = run_formula_checks(config)
         pinsker = pinsker_check(config)
     rep0 = replicates[0]
@@ -401,5 +380,5 @@ def run(config: Config) -> Result:
                               if run.emitted is not None])
     p_online, n_online = context_lossless_p(emitted, rep0.target, config.check_pairs)
     draws = int(min(config.check_rounds, np.median(n_online)))
-    return Result(config, tuning, replicates, {k: v for k, v in formula.items() if k != "control_samples"}, pinsker,
+    return Result(config, replicates, {k: v for k, v in formula.items() if k != "control_samples"}, pinsker,
                   p_online, n_online, control_p_values(formula["control_samples"], draws), draws)
