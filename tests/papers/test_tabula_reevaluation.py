@@ -235,6 +235,19 @@ def test_tiny_run_is_deterministic(tiny_asset):
     assert robust.loc["permuted+padded", "naive"] == 0.0  # the naive match misses every permuted copy
     assert robust.loc["reordered-rows", "canonical"] == 1.0
     assert robust.loc["renamed-column", "either"] == 0.0  # both row detectors need the same column names
+    # the real-table subset: tasks cut from sklearn's and statsmodels' tables, scored with the same rules
+    frame = first.tasks
+    real = frame.origin == "real"
+    assert (real == (frame.source != "synthetic")).all() and m["real_tasks"] == int(real.sum())
+    assert any(src.startswith("statsmodels_") for src in m["real_sources"])
+    standard = frame.type.isin(("binary", "categorical"))
+    for key, column, group in (("clean_lift_real", "lift_tlm", "clean"), ("lr_clean_lift_real", "lift_lr", "clean"),
+                               ("contaminated_lift_real", "lift_tlm", "overlap")):
+        values = frame[column][real & standard & (frame.group == group)]
+        if len(values) >= 2:
+            assert est[key].n == len(values) and est[key].point == pytest.approx(float(np.median(values)))
+        else:
+            assert est[key] is None
 
 
 @pytest.mark.parametrize("bad", [
@@ -292,3 +305,25 @@ def test_perturbation_families_by_hand():
     assert r["canonical"] == 0.0  # 1.234 -> 1.2 changes the 3-digit hash
     with pytest.raises(ValueError):
         robustness.perturbed_document(task, "shuffled", rng)
+
+
+def test_statsmodels_tables_through_the_manifest():
+    from compendium import data
+    from compendium.papers.tabula_reevaluation import real
+
+    anes = data.load("statsmodels_anes96_vote")
+    assert anes.data.shape == (944, 9) and np.bincount(anes.target).tolist() == [551, 393]
+    assert "logpopul" not in anes.feature_names and "vote" not in anes.feature_names
+    visit = data.load("statsmodels_randhie_visit")
+    assert visit.data.shape == (20190, 9) and set(np.unique(visit.target)) == {0, 1}
+    mode = data.load("statsmodels_modechoice_wide")
+    assert mode.data.shape == (210, 13) and set(np.unique(mode.target)) == {0, 1, 2, 3}
+    assert (mode.data.std(axis=0) > 0).all()  # the all-zero car terminal time is dropped
+    # one traveller by hand: the first row of the long table is individual 1, air: ttme 69, invc 59, invt 100; chose car
+    names = mode.feature_names
+    assert mode.data[0, names.index("ttme_air")] == 69 and mode.data[0, names.index("invt_air")] == 100
+    assert mode.target[0] == real.MODES.index("car")
+    grunfeld = data.load("statsmodels_grunfeld_investment")
+    assert grunfeld.data.shape == (220, 3) and grunfeld.target[0] == pytest.approx(317.6)
+    assert grunfeld.feature_names == ["value", "capital", "year"]
+    assert {name for name, _ in tables.REAL_SOURCES} >= {"statsmodels_anes96_vote", "statsmodels_grunfeld_investment"}

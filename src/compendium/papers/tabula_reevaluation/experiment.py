@@ -127,6 +127,7 @@ def run(config: Config, asset_directory: str | Path) -> Result:
         "overlap": [key["overlap"].get(t.name, "") for t in tasks], "leak": [t.name in key["leak"] for t in tasks],
     })
     frame["group"] = np.where(frame.overlap != "", "overlap", np.where(frame.leak, "leak", "clean"))
+    frame["origin"] = np.where(frame.source == "synthetic", "synthetic", "real")
     frame["majority"] = [metrics.majority_baseline(t.y_test)[1] for t in tasks]
     per_seed = {}
     for kind in MODEL_KINDS:
@@ -233,6 +234,29 @@ def run(config: Config, asset_directory: str | Path) -> Result:
                                               [frame.acc_base[quartile], frame.acc_base_q[quartile], frame.acc_tlm[quartile]],
                                               make_rng(config.seed, 8), resamples=R),
     }
+    # -- the same findings and detector checks restricted to tasks cut from real tables (sklearn, statsmodels)
+    real = (frame.origin == "real").to_numpy()
+    real_std = standard.to_numpy() & real
+    summary["real_tasks"] = int(real.sum())
+    summary["real_sources"] = sorted(set(frame.source[real]))
+    summary["real_clean_tasks"] = int((real_std & (frame.group == "clean").to_numpy()).sum())
+    summary["real_contaminated_tasks"] = int((real_std & (frame.group == "overlap").to_numpy()).sum())
+    real_rows = np.repeat(real, n_test)
+    near_real = np.isin(near_rows.task.to_numpy(), frame.task[real].to_numpy())
+    summary["exact_recall_real"] = _mean(exact_flags[exact_truth & real_rows])
+    summary["exact_injected_rows_real"] = int((exact_truth & real_rows).sum())
+    summary["near_recall_real"] = _mean(near_flags[near_truth & near_real])
+    summary["near_false_positive_rate_real"] = _mean(near_flags[~near_truth & near_real])
+    summary["near_injected_rows_real"] = int((near_truth & near_real).sum())
+    summary["near_negative_rows_real"] = int((~near_truth & near_real).sum())
+    summary["leak_false_positive_rate_real"] = _mean(leak_flags[~leak_truth & real])
+    summary["leak_clean_tasks_real"] = int((~leak_truth & real).sum())
+    for name, column, group, stream in (("clean_lift_real", "lift_tlm", "clean", 12), ("lr_clean_lift_real", "lift_lr", "clean", 13),
+                                        ("contaminated_lift_real", "lift_tlm", "overlap", 14),
+                                        ("base_contaminated_lift_real", "lift_base", "overlap", 15)):
+        values = frame[column][real_std & (frame.group == group).to_numpy()].to_numpy()
+        summary["estimates"][name] = (metrics.median_interval(values, make_rng(config.seed, stream), resamples=R)
+                                      if values.size >= 2 else None)
     summary["test_rows"] = int(np.median(n_test))
     summary["expected_chance_majority"] = metrics.expected_majority_accuracy(int(np.median(n_test)), 0.5)
     summary["lift_base_standard"] = float(std_frame.lift_base.mean())

@@ -3,7 +3,8 @@
 A *task* is a small table with a train and a test split and a target of one of three types:
 binary (answers ``yes``/``no``), categorical (answers ``a``, ``b``, ...) and quartile (a
 regression target binned into ``q1..q4`` with edges fitted on the train split only). Tasks come
-from sklearn's bundled datasets (breast cancer, wine, iris, diabetes) and from sklearn's synthetic
+from real tables (sklearn's bundled breast cancer, wine, iris, diabetes; statsmodels' anes96,
+randhie, modechoice and grunfeld, see :data:`REAL_SOURCES`) and from sklearn's synthetic
 generators with random column names.
 
 A row is serialized as one line of text, for example::
@@ -143,13 +144,20 @@ def quartile_labels(y, edges) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- sources
+#: Real tables (manifest names) and the task type each becomes: sklearn's bundled sets first, then
+#: four public-domain tables shipped inside statsmodels (adapters in :mod:`.real`).
+REAL_SOURCES = (("breast_cancer", "binary"), ("wine", "categorical"), ("iris", "categorical"),
+                ("diabetes", "quartile"), ("statsmodels_anes96_vote", "binary"),
+                ("statsmodels_randhie_visit", "binary"), ("statsmodels_modechoice_wide", "categorical"),
+                ("statsmodels_grunfeld_investment", "quartile"))
+
+
 def _real_sources():
     """(name, task type, features (n, d), target (n,), feature names) for the bundled datasets."""
     out = []
     from compendium import data
 
-    for name, ttype in (("breast_cancer", "binary"), ("wine", "categorical"), ("iris", "categorical"),
-                        ("diabetes", "quartile")):
+    for name, ttype in REAL_SOURCES:
         bunch = data.load(name)  # checked against data/manifest.yaml
         names = [re.sub(r"[^a-z0-9]+", "_", n.lower())[:14].strip("_") for n in bunch.feature_names]
         if len(set(names)) != len(names):  # pragma: no cover - guards the truncation
