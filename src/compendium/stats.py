@@ -864,3 +864,63 @@ def flip_probability(values, threshold: float, n: int, *, rng, resamples: int = 
         means = pool[index].mean(axis=1)
         flips += int(np.count_nonzero(side * (means - threshold) <= 0))
     return flips / resamples
+
+
+def mantel_spearman(a_blocks, b_blocks, *, rng, permutations: int = 2000, alternative: str = "greater") -> tuple[float, float]:
+    """Spearman correlation between two sets of pairwise gaps, with a Mantel permutation p-value.
+
+    Use it when the units are *pairs* of runs: the ``m (m - 1) / 2`` pairs of ``m`` runs share runs,
+    so they are not independent and a plain Spearman test over pairs is anti-conservative. The null
+    distribution permutes the run labels of ``b`` (rows and columns together) within each block,
+    which keeps every dependence among the pairs (Mantel 1967).
+
+    Parameters
+    ----------
+    a_blocks, b_blocks : array_like (m, m), or lists of them
+        Symmetric matrices of pairwise gaps (one block per group of runs, e.g. one per dataset);
+        the upper triangles of all blocks are pooled into one correlation.
+    rng : numpy.random.Generator or int
+    permutations : int
+        Number of label permutations.
+    alternative : {'greater', 'less', 'two-sided'}
+
+    Returns
+    -------
+    (rho, p) : the pooled Spearman correlation and the permutation p-value
+        ``(1 + #{rho_perm >= rho}) / (1 + permutations)`` for ``'greater'``.
+    """
+    def blocks(x):
+        arr = np.asarray(x, dtype=float) if not isinstance(x, (list, tuple)) else None
+        out = [arr] if arr is not None and arr.ndim == 2 else [np.asarray(b, dtype=float) for b in x]
+        for b in out:
+            if b.ndim != 2 or b.shape[0] != b.shape[1] or b.shape[0] < 2:
+                raise ValueError(f"each block must be a square matrix of at least 2 runs, got shape {b.shape}")
+        return out
+
+    A, B = blocks(a_blocks), blocks(b_blocks)
+    if [x.shape for x in A] != [x.shape for x in B]:
+        raise ValueError("a_blocks and b_blocks must have blocks of the same shapes")
+    alternative = _alternative(alternative)
+    rng = _generator(rng)
+    permutations = _resamples(permutations)
+    tri = [np.triu_indices(x.shape[0], 1) for x in A]
+    a = np.concatenate([x[t] for x, t in zip(A, tri)])
+    if a.size < 3 or np.ptp(a) == 0:
+        raise ValueError("mantel_spearman needs at least 3 pairs and gaps in a that are not constant")
+    ra = scipy.stats.rankdata(a)
+
+    def rho_of(perms):
+        b = np.concatenate([x[np.ix_(p, p)][t] for x, p, t in zip(B, perms, tri)])
+        if np.ptp(b) == 0:
+            return 0.0
+        return float(np.corrcoef(ra, scipy.stats.rankdata(b))[0, 1])
+
+    rho = rho_of([np.arange(x.shape[0]) for x in B])
+    null = np.array([rho_of([rng.permutation(x.shape[0]) for x in B]) for _ in range(permutations)])
+    if alternative == "greater":
+        hits = np.count_nonzero(null >= rho - 1e-12)
+    elif alternative == "less":
+        hits = np.count_nonzero(null <= rho + 1e-12)
+    else:
+        hits = np.count_nonzero(np.abs(null) >= abs(rho) - 1e-12)
+    return rho, float((1 + hits) / (1 + permutations))
