@@ -21,6 +21,9 @@ def test_shapes():
     task = paper.longtail_task(500, 100, rng=rng)
     assert task.x_train.shape == (500, 16) and task.x_test.shape == (100, 16)
     assert task.centers.shape == (100,) and set(task.test_region) <= set(paper.REGIONS)
+    counts = np.bincount(paper.to_bins(task.y_train, task.edges), minlength=100)
+    assert np.array_equal(task.test_supported, counts[paper.to_bins(task.y_test, task.edges)] > 0)
+    assert task.test_supported[task.test_region != "few"].all()        # many and medium bins have data
     model = paper.EnsembleMLP([1, 2, 3], 16, 8, 100)
     assert model(torch.zeros(3, 5, 16)).shape == (3, 5, 100)
     assert policy.pad_members([np.ones((2, 3)), np.ones((4, 2))], 5).shape == (2, 4, 5)

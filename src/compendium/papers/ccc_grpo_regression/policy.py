@@ -3,8 +3,10 @@ r"""The policy (an MLP over K value bins), SFT with optional LDS weights, and GR
 Many small policies are trained at once as one *ensemble* module: member m has its own weights
 (stacked on a leading axis), its own data and its own batches, and the training loss is the sum
 of the members' losses. Adam(W) updates each weight from its own gradient and moments only, and
-nothing couples the members (no gradient clipping), so this is the same as training them one by
-one, only faster (tested in ``tests/papers/test_ccc_grpo_regression.py``).
+nothing couples the members (no gradient clipping), so SFT this way gives the same weights as
+training them one by one, only faster (tested in ``tests/papers/test_ccc_grpo_regression.py``).
+GRPO members draw their rollouts from one shared torch generator, so a member's rollouts (not
+its update rule) depend on the ensemble's composition.
 
 GRPO (:func:`grpo_train`) uses ``compendium.rl.grpo``: rollouts of G bins per input from the
 current policy, rewards per arm, group-normalised advantages, ``inner_updates`` PPO-clip steps per

@@ -37,6 +37,8 @@ class Task:
         The region of each test sample ('many' / 'medium' / 'few', or 'head' / 'tail').
     regions : tuple of str
         The regions reported for this task, in order.
+    test_supported : numpy.ndarray of bool, shape (n_test,), optional
+        Whether the test sample's value bin holds at least one training sample (None: all do).
     """
 
     name: str
@@ -47,6 +49,7 @@ class Task:
     edges: np.ndarray
     test_region: np.ndarray
     regions: tuple
+    test_supported: np.ndarray | None = None
 
     @property
     def centers(self) -> np.ndarray:
@@ -127,8 +130,10 @@ def longtail_task(train_size: int, test_size: int, *, distribution: str = "logno
     y_train = np.clip(y, 0.2, 79.9)
     y_test = rng.uniform(0.4, 79.6, test_size)
     x_train, x_test = _standardise(_features(y_train, a, noise, rng), _features(y_test, a, noise, rng))
-    region = shot_regions(to_bins(y_train, edges), num_bins)[to_bins(y_test, edges)]
-    return Task("toy", x_train, y_train, x_test, y_test, edges, region, REGIONS)
+    train_bins, test_bins = to_bins(y_train, edges), to_bins(y_test, edges)
+    region = shot_regions(train_bins, num_bins)[test_bins]
+    supported = np.bincount(train_bins, minlength=num_bins)[test_bins] > 0
+    return Task("toy", x_train, y_train, x_test, y_test, edges, region, REGIONS, supported)
 
 
 def diabetes_task(data, target, *, num_bins: int = 100, tail_quantile: float = 0.7, keep_tail: float = 0.2,
@@ -187,6 +192,10 @@ def regression_metrics(task: Task, yhat) -> dict:
         sel = task.test_region == region
         out[f"mae_{region}"] = float(np.abs(yhat[sel] - y[sel]).mean()) if sel.any() else float("nan")
         out[f"n_{region}"] = int(sel.sum())
+    if task.test_supported is not None and "few" in task.regions:
+        sel = (task.test_region == "few") & task.test_supported
+        out["mae_few_supported"] = float(np.abs(yhat[sel] - y[sel]).mean()) if sel.any() else float("nan")
+        out["n_few_supported"] = int(sel.sum())
     return out
 
 
