@@ -19,7 +19,7 @@ import scipy.stats
 __all__ = [
     "Estimate", "TostResult", "bootstrap_interval", "clopper_pearson", "cluster_bootstrap", "flip_probability",
     "holm", "jackknife_se", "loglog_slope", "loglog_slope_by_replicate", "mean_interval", "paired_difference",
-    "sign_test", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
+    "sign_test", "spearman", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
 ]
 
 
@@ -864,6 +864,45 @@ def flip_probability(values, threshold: float, n: int, *, rng, resamples: int = 
         means = pool[index].mean(axis=1)
         flips += int(np.count_nonzero(side * (means - threshold) <= 0))
     return flips / resamples
+
+
+def spearman(x, y, *, level: float = 0.90, unit: str, alternative: str = "greater") -> tuple[Estimate, float]:
+    """Spearman's rank correlation with a Fisher-z interval and scipy's test.
+
+    Parameters
+    ----------
+    x, y : array_like, shape (n,)
+        One value each per independent unit (a trained model, a task), ``n >= 5``; ties get
+        average ranks.
+    level : float
+        Two-sided coverage of the interval. The default 0.90 matches a one-sided test at 0.05: the
+        interval's lower end is above zero about when the one-sided p is below 0.05.
+    unit : str
+        What one unit is.
+    alternative : {'greater', 'less', 'two-sided'}
+        The alternative of the returned p-value (scipy's t approximation).
+
+    Returns
+    -------
+    (Estimate, float)
+        The correlation with the interval ``tanh(atanh(rho) +- z se)``, ``se = sqrt(1.06 / (n - 3))``
+        (Fieller, Hartley and Pearson 1957), and the p-value.
+    """
+    a, b = _values(x, "x", minimum=5), _values(y, "y", minimum=5)
+    if a.shape != b.shape:
+        raise ValueError(f"spearman needs x and y of one length, got {a.size} and {b.size}")
+    alternative = _alternative(alternative)
+    lv = _level(level)
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        raise ValueError("spearman needs x and y that are not constant")
+    res = scipy.stats.spearmanr(a, b, alternative=alternative)
+    rho = float(res.statistic)
+    n = a.size
+    z = scipy.stats.norm.ppf(0.5 + lv / 2) * math.sqrt(1.06 / (n - 3))
+    centre = math.atanh(min(max(rho, -1 + 1e-12), 1 - 1e-12))
+    est = Estimate(rho, math.tanh(centre - z), math.tanh(centre + z), lv, unit, n,
+                   "Spearman rho, Fisher-z interval (se^2 = 1.06 / (n - 3))")
+    return est, float(res.pvalue)
 
 
 def mantel_spearman(a_blocks, b_blocks, *, rng, permutations: int = 2000, alternative: str = "greater") -> tuple[float, float]:
