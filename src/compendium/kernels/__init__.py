@@ -19,6 +19,10 @@ routing
 gat_aggregation
     Masked-softmax neighbour aggregation of a dense GAT layer, one program per row. Checked in
     the graph-alignment chapter's tests (the chapter's models use torch_geometric's GATConv).
+segment_softmax
+    Segment softmax + weighted scatter-add over a CSR edge list (sparse GAT, one program per node
+    and head, online softmax). Checked in the C2-GMAE chapter's tests against its reference and
+    GATConv; the chapter's models use GATConv.
 """
 
 
