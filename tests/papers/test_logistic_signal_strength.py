@@ -184,6 +184,7 @@ def test_tiny_run_is_deterministic_and_complete():
     assert set(a.summary["estimator"]) == set(paper.ESTIMATORS)
     assert a.rate_errors.shape == (len(config.rate_sizes), config.num_reps)
     assert beyond["split_isotropic"].notna().any()  # the ablation runs beyond the frontier
+    assert beyond["ridge"].notna().any()  # and so does the plain-ridge one
 
 
 # ---------------------------------------------------------------- hardening: ledger statistics and the ablation
@@ -210,6 +211,7 @@ def _toy_reps():
                          "split": g2 * (1 + bias + 0.05 * rng.standard_normal()),
                          "sloe": g2 * (1 + 0.05 * rng.standard_normal()),
                          "split_isotropic": g2 * (1 + 0.3 + 0.05 * rng.standard_normal()),
+                         "ridge": g2 * (1 + 0.05 * rng.standard_normal()),
                          "cover_debiased": 9, "cover_classical": 7, "num_nulls": 10})
     return pd.DataFrame(rows)
 
@@ -239,6 +241,8 @@ def test_ratio_coverage_share_and_adaptation():
     assert share.point == 1.0 and share.n == 30 and share.high == 1.0
     gain = ev.adaptation_gain(reps, "beyond")
     assert gain.low > 0  # the isotropic ablation's error is larger by construction here
+    ridge_gain = ev.adaptation_gain(reps, "beyond", ablation="ridge")
+    assert ridge_gain.low < 0 < ridge_gain.high or abs(ridge_gain.point) < 0.01  # no gain by construction
     sep = ev.separability_share(pd.Series({"frequency": 0.07, "reps": 100}))
     assert sep.point == pytest.approx(0.07) and sep.low < 0.07 < sep.high < 0.15
 
@@ -256,3 +260,22 @@ def test_relative_error_of_mean_and_rate_slope():
     assert slope.low < -0.5 < slope.high and abs(slope.point + 0.5) < 0.1
     with pytest.raises(ValueError):
         ev.rate_slope_estimate(sizes, errors[:2], rng=2)
+
+
+def test_plain_ridge_penalty_is_a_scaled_identity_and_its_calibration_inverts():
+    rng = np.random.default_rng(5)
+    X, y, _ = paper.simulate(300, 40, 5.0, 0.0, rng)
+    ridge = paper.split_statistics(X, y, 0.03, penalty="ridge")
+    X1, y1, X2, _ = paper.estimators.split_halves(X, y)
+    s = np.sum(X2**2) / X2.size
+    # the fit is the minimiser of loss/n1 + (0.03/2) s ||b||^2: its gradient vanishes there
+    b = ridge["beta_hat"]
+    grad = X1.T @ (1 / (1 + np.exp(-X1 @ b)) - y1) / X1.shape[0] + 0.03 * s * b
+    assert np.max(np.abs(grad)) < 1e-8 and np.isfinite(ridge["link_slope"])
+    cal = paper.estimators.RidgeCalibration(300, 40, 0.03, np.geomspace(1.0, 20.0, 4), 3, np.random.default_rng(6))
+    assert cal.monotone
+    g = np.array([2.0, 5.0, 10.0])
+    np.testing.assert_allclose(cal.invert(cal.link_slope(g)), g, rtol=1e-4)  # linear interpolation on 400 nodes
+    assert np.isnan(cal.invert(cal.link_slope(200.0))[0])  # outside the calibrated range
+    with pytest.raises(ValueError):
+        paper.estimators.RidgeCalibration(300, 40, 0.03, [1.0, 2.0], 2, rng)

@@ -47,7 +47,9 @@ Small-scale deviations
   Gauss-Hermite quadrature is exact to ~1e-12 and no adaptive quadrature is needed.
 """
 
+from . import estimators
 from .estimators import (
+    RidgeCalibration,
     ar1_covariance,
     classical_null_cover,
     debiased_null_cover,

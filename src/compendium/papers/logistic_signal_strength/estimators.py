@@ -262,6 +262,11 @@ def split_statistics(X, y, ridge_strength: float, backend: str = "newton", split
     out. For ``Sigma = I`` it has the same asymptotics as the split estimator (the same mixture
     system inverts it); for any other ``Sigma`` that inversion is wrong. The ``eta_sq`` it
     returns is that of the ``D1`` rows and the held-out ``D2`` rows.
+
+    ``penalty='ridge'`` is plain ridge, ``(ridge_strength/2) s ||b||^2`` with ``s`` the mean
+    squared entry of ``X2`` (so its scale matches the split penalty's when ``Sigma = I``), and
+    ``D2``'s predictions held out. Its link slope is inverted with :class:`RidgeCalibration`, the
+    map it has under the isotropic design it implicitly assumes.
     """
     X1, y1, X2, y2 = split_halves(X, y, split_fraction)
     labels = np.concatenate([y1, y2])
@@ -269,6 +274,15 @@ def split_statistics(X, y, ridge_strength: float, backend: str = "newton", split
     if penalty == "covariance":
         b = fit_split(X1, y1, X2, ridge_strength, backend)
         q, _ = loo_predictors(X1, y1, b, X2, mu)
+    elif penalty == "ridge":
+        # plain ridge (ridge_strength / 2) s ||b||^2, s = mean squared entry of X2 (1 under the model):
+        # written as p penalty rows sqrt(s p) I so that fit_split's mean form gives exactly that
+        p = X1.shape[1]
+        scale = np.sum(X2**2) / (X2.shape[0] * p)
+        rows = np.sqrt(scale * p) * np.eye(p)
+        b = fit_split(X1, y1, rows, ridge_strength, backend)
+        q1, _ = loo_predictors(X1, y1, b, rows, ridge_strength * X1.shape[0] / p)
+        q = np.concatenate([q1[: X1.shape[0]], X2 @ b])
     elif penalty == "isotropic":
         if rng is None:
             raise ValueError("penalty='isotropic' needs rng for the isotropic penalty rows")
@@ -278,7 +292,7 @@ def split_statistics(X, y, ridge_strength: float, backend: str = "newton", split
         q1, _ = loo_predictors(X1, y1, b, Z2, mu)
         q = np.concatenate([q1[: X1.shape[0]], X2 @ b])
     else:
-        raise ValueError(f"penalty must be 'covariance' or 'isotropic', got {penalty!r}")
+        raise ValueError(f"penalty must be 'covariance', 'isotropic' or 'ridge', got {penalty!r}")
     return {"beta_hat": b, "eta_sq": float(np.var(q)), "link_slope": fit_link_slope(q, labels)}
 
 
@@ -378,3 +392,52 @@ def debiased_null_cover(beta_hat, cov_inv_diag, sigma: float, n: int, z: float) 
 def classical_null_cover(beta_hat, fisher_var, z: float) -> np.ndarray:
     """Whether 0 lies in the textbook Wald interval ``beta_hat_j +- z sqrt(I^-1_jj)``, shape (p,)."""
     return np.abs(beta_hat) <= z * np.sqrt(fisher_var)
+
+
+class RidgeCalibration:
+    """The map ``gamma^2 -> link slope`` of the plain-ridge ablation under an *isotropic* design,
+    estimated by simulation, and its inverse.
+
+    Plain ridge has no covariance-free asymptotic system here (the mixture system of
+    :mod:`.theory` covers penalties that are sums over Gaussian rows), so its map is calibrated by
+    Monte Carlo at the cell's ``(n, p)`` with ``Sigma = I``: ``reps`` data sets at each of the
+    log-spaced ``gamma_grid`` values, and a quadratic fit of ``log slope`` on ``log gamma^2``
+    through all of them (it smooths the Monte Carlo noise). On an AR(1) design this map is the
+    wrong one, which is what the ablation is meant to show.
+    """
+
+    def __init__(self, n: int, p: int, ridge_strength: float, gamma_grid, reps: int, rng: np.random.Generator):
+        grid = np.asarray(gamma_grid, dtype=float)
+        if grid.size < 3 or np.any(grid <= 0) or np.any(np.diff(grid) <= 0):
+            raise ValueError("gamma_grid needs at least 3 increasing positive values")
+        xs, ys = [], []
+        for g2 in grid:
+            for _ in range(reps):
+                X, y, _ = simulate(n, p, g2, 0.0, rng)
+                try:
+                    slope = split_statistics(X, y, ridge_strength, penalty="ridge")["link_slope"]
+                except RuntimeError:
+                    continue
+                if np.isfinite(slope) and slope > 0:
+                    xs.append(np.log(g2))
+                    ys.append(np.log(slope))
+        self.points = (np.exp(np.array(xs)), np.exp(np.array(ys)))
+        self.coef = np.polyfit(xs, ys, 2)
+        fine = np.linspace(np.log(grid[0]), np.log(grid[-1]), 400)
+        values = np.polyval(self.coef, fine)
+        self.monotone = bool(np.all(np.diff(values) > 0) or np.all(np.diff(values) < 0))
+        order = np.argsort(values)
+        self._log_slope, self._log_gamma = values[order], fine[order]
+
+    def link_slope(self, gamma_sq) -> np.ndarray:
+        """Calibrated link slope at ``gamma_sq`` (array)."""
+        return np.exp(np.polyval(self.coef, np.log(np.asarray(gamma_sq, dtype=float))))
+
+    def invert(self, link_slope) -> np.ndarray:
+        """``gamma^2`` whose calibrated slope is ``link_slope``; NaN outside the calibrated range or
+        where the calibrated map is not monotone."""
+        v = np.log(np.atleast_1d(np.asarray(link_slope, dtype=float)))
+        out = np.exp(np.interp(v, self._log_slope, self._log_gamma))
+        outside = ~np.isfinite(v) | (v < self._log_slope[0]) | (v > self._log_slope[-1])
+        out[outside | (not self.monotone)] = np.nan
+        return out

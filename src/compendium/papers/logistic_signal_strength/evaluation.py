@@ -115,13 +115,13 @@ def relative_error_of_mean(values, theory_value: float, *, unit: str = "seeds") 
     return Estimate(m.point / theory_value - 1, ends[0], ends[1], m.level, unit, m.n, "t interval of the mean, relative")
 
 
-def adaptation_gain(reps: pd.DataFrame, region: str) -> Estimate:
-    """Paired difference of squared relative errors, isotropic ablation minus split estimator,
-    pooled over the repetitions of ``region`` where both are defined (t interval). Positive:
-    adapting the penalty to the covariance lowers the error."""
+def adaptation_gain(reps: pd.DataFrame, region: str, ablation: str = "split_isotropic") -> Estimate:
+    """Paired difference of squared relative errors, an ablation (``'split_isotropic'`` or the
+    plain ``'ridge'``) minus the split estimator, pooled over the repetitions of ``region`` where
+    both are defined (t interval). Positive: adapting the penalty to the covariance lowers the error."""
     sub = reps[reps["region"] == region]
     g2 = sub["gamma_sq"].to_numpy(float)
-    iso = ((sub["split_isotropic"].to_numpy(float) - g2) / g2) ** 2
+    iso = ((sub[ablation].to_numpy(float) - g2) / g2) ** 2
     split = ((sub["split"].to_numpy(float) - g2) / g2) ** 2
     ok = np.isfinite(iso) & np.isfinite(split)
     return paired_difference(iso[ok], split[ok], unit=REPS)

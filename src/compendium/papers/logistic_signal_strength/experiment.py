@@ -19,7 +19,10 @@ SEPARABILITY_GAMMA_SQ = 5.0
 CROSSCHECK_SEPARABLE = (200, 60)  # (n, p) of the separable sample: p/n1 = 0.6 > 1/2 >= kappa_h
 CI_LEVEL = 0.90
 Z_CI = 1.6448536269514722  # standard normal 95% quantile (two-sided 90% interval)
-ESTIMATORS = ("oracle", "naive", "sloe", "split", "split_isotropic", "split_eta", "probe")
+ESTIMATORS = ("oracle", "naive", "sloe", "split", "split_isotropic", "ridge", "split_eta", "probe")
+# plain-ridge ablation: its link-slope map is calibrated by simulation under Sigma = I (fixed before any run)
+RIDGE_CALIBRATION_GRID = tuple(np.geomspace(0.5, 40.0, 8))
+RIDGE_CALIBRATION_REPS = 8
 
 
 @dataclass(frozen=True)
@@ -189,12 +192,18 @@ def _one_rep(X, y, beta, curves, config, rng, probe: bool, ablation: bool = Fals
         row["split_eta"] = float(curves["split"].invert("eta_sq", split["eta_sq"])[0])
     except ValueError:
         row["split_eta"] = float("nan")
-    row["split_isotropic"] = float("nan")
+    row["split_isotropic"] = row["ridge"] = float("nan")
     if ablation:  # the isotropic-penalty ablation, run where the ledger uses it (beyond the frontier)
         try:
             iso = est.split_statistics(X, y, config.ridge_strength, penalty="isotropic", rng=rng)
             row["split_isotropic"] = float(curves["split"].invert("link_slope", iso["link_slope"])[0])
         except RuntimeError:  # Newton did not converge: recorded as undefined, counted in 'defined'
+            pass
+        # the plain-ridge ablation, inverted with its own map under the isotropic design it assumes
+        try:
+            ridge = est.split_statistics(X, y, config.ridge_strength, penalty="ridge")
+            row["ridge"] = float(curves["ridge"].invert(ridge["link_slope"])[0])
+        except RuntimeError:
             pass
     row.update(naive=float("nan"), sloe=float("nan"), cover_debiased=0, cover_classical=0, num_nulls=0)
     if mle["exists"]:
@@ -213,7 +222,7 @@ def _one_rep(X, y, beta, curves, config, rng, probe: bool, ablation: bool = Fals
 
 
 class _Curves(dict):
-    """``{'mle': ..., 'split': ...}`` at one ``kappa``, each solved on first use (the MLE curve of a
+    """``{'mle': ..., 'split': ..., 'ridge': ...}`` at one ``kappa``, each solved on first use (the MLE curve of a
     cell beyond the frontier is needed only if some repetition there still has an MLE)."""
 
     def __init__(self, kappa: float, config: Config):
@@ -226,6 +235,11 @@ class _Curves(dict):
             curve = theory.theory_curve(self.kappa, nodes=nodes) if self.kappa < 0.5 else None
         elif kind == "split":
             curve = theory.theory_curve(self.kappa, theory.split_mixture(self.config.ridge_strength), nodes=nodes)
+        elif kind == "ridge":  # Monte Carlo map of the plain-ridge ablation at this cell's (n, p), Sigma = I
+            n = self.config.num_samples
+            curve = est.RidgeCalibration(n, int(round(self.kappa * n)), self.config.ridge_strength,
+                                         RIDGE_CALIBRATION_GRID, RIDGE_CALIBRATION_REPS,
+                                         make_rng(self.config.seed, 7, int(round(self.kappa * 10**4))))
         else:
             raise KeyError(kind)
         self[kind] = curve
