@@ -315,3 +315,23 @@ def test_regret_slope_estimate_and_tail_excess():
     assert ev.mean_curve_slope((4, 8, 16, 32, 64), constant) == pytest.approx(1.0)
     worse, better = ev.tail_excess({"a": constant * 2, "b": constant}, "a", "b", 48)
     np.testing.assert_allclose(worse - better, 1.0)
+
+
+def test_uniform_regret_is_constant_and_positive_and_slope_by_window():
+    rng = make_rng(11)
+    mdp = paper.random_mdp(3, 4, 3, 4, rng)
+    reg = paper.uniform_regret(mdp, 40, 1.0, 0.1)
+    assert reg.shape == (3, 40) and np.all(reg > 0) and np.all(reg == reg[:, :1])
+    # equals V* - V^{pi_ref} from an independent evaluation of the uniform policy
+    pi_ref = np.full((3, 4, 3), 1.0 / 3)
+    _, v = paper.dr_backward(paper.tabular_continuation(mdp.kernel, 1.0), mdp.reward, 4, pi_ref, 0.1,
+                             policies=np.broadcast_to(pi_ref, (4, 3, 4, 3)))
+    np.testing.assert_allclose(reg[:, 0], paper.optimal_start_value(mdp, 1.0, 0.1) - v[0][:, 0])
+    ev = paper.evaluation
+    assert ev.window_checkpoints(64) == (4, 8, 16, 32, 64)
+    rows = ev.slope_by_window(np.ones((4, 3200)), smallest_start=50)
+    assert [r["end"] for r in rows] == [3200, 1600, 800] and rows[-1]["start"] == 50
+    assert all(r["estimate"].point == pytest.approx(1.0) for r in rows)
+    K = 3200
+    sqrt_like = (1.0 / np.sqrt(np.arange(1, K + 1)))[None, :] * np.linspace(0.5, 1.5, 6)[:, None]
+    assert all(abs(r["estimate"].point - 0.5) < 0.04 for r in ev.slope_by_window(sqrt_like))  # 2 sqrt(K) + zeta(1/2)

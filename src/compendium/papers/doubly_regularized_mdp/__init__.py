@@ -68,7 +68,7 @@ import numpy as np
 from ...runtime import make_rng
 from . import power, symbolic
 from . import evaluation
-from .agents import CONFIDENCE, linear_regret, loglog_slope, optimal_start_value, tabular_regret
+from .agents import CONFIDENCE, linear_regret, loglog_slope, optimal_start_value, tabular_regret, uniform_regret
 from .environments import LinearMDP, TabularMDP, combination_lock, linear_mdp, random_mdp
 from .experiments import (
     ADVERSARIES,
@@ -214,6 +214,7 @@ def run(config: Config) -> Result:
         plan_beta=np.repeat([c.beta, c.beta, np.inf], n), eval_beta=c.beta,
         temperature=c.temperature, rng=make_rng(c.seed, 5))
     regret["random"] = _split(per_run, names, n)
+    regret["random"]["uniform"] = uniform_regret(rand, K, c.beta, c.temperature)  # the slope-1 control
     lock = combination_lock(n, c.lock_length, make_rng(c.seed, 6))
     per_run = tabular_regret(_tile(lock, 2), K, bonus_scale=np.repeat([c.bonus_scale, 0.0], n),
                              plan_beta=c.beta, eval_beta=c.beta, temperature=c.lock_temperature,
@@ -247,7 +248,7 @@ __all__ = [
     "soft_value", "soft_policy", "regularised_action_value", "tabular_continuation", "rectangular_continuation",
     "dr_backward", "cvxpy_dynamics_dual", "cvxpy_policy_dual", "cvxpy_kl_ball",
     "gaussian_soft_value", "gaussian_soft_policy", "quadrature_soft_value",
-    "tabular_regret", "linear_regret", "loglog_slope", "optimal_start_value",
+    "tabular_regret", "linear_regret", "loglog_slope", "optimal_start_value", "uniform_regret",
     "dual_identity_errors", "certificate", "robustness", "worst_case_returns", "planned_policy",
     "ADVERSARIES", "adversary_expectation", "evaluation",
     "continuous_action_errors",

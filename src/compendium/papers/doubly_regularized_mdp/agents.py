@@ -25,16 +25,25 @@ def _sample(probabilities: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     return np.minimum(index, probabilities.shape[-1] - 1)
 
 
-def _rollout(kernel, pis, rng, start_state: int = 0):
-    """One episode per run; returns visited ``(states, actions, next_states)`` each (H, R)."""
+def _rollout(kernel, pis, rng, start_state: int = 0, kernel_cdf=None):
+    """One episode per run; returns visited ``(states, actions, next_states)`` each (H, R).
+
+    Inverse-CDF draws as :func:`_sample`; ``kernel_cdf`` (the cumulative sums of ``kernel`` along
+    the next state) may be passed precomputed, since the true kernel does not change."""
     H, R = pis.shape[0], kernel.shape[0]
     runs = np.arange(R)
     s = np.full(R, start_state)
     u = rng.random((H, 2, R))
     out = np.empty((3, H, R), dtype=np.int64)
+    policy_cdf = np.cumsum(pis, axis=-1)  # (H, R, S, A), once per episode
+    kernel_cdf = np.cumsum(kernel, axis=-1) if kernel_cdf is None else kernel_cdf
+    A, S = pis.shape[-1], kernel.shape[-1]
     for h in range(H):
-        a = _sample(pis[h][runs, s], u[h, 0])
-        s_next = _sample(kernel[runs, s, a], u[h, 1])
+        cdf = policy_cdf[h][runs, s]  # (R, A)
+        a = (u[h, 0] > cdf[:, 0]).astype(np.int64)  # count of cdf entries below u, last one excluded
+        for j in range(1, A - 1):
+            a += u[h, 0] > cdf[:, j]
+        s_next = np.minimum(np.count_nonzero(u[h, 1][:, None] > kernel_cdf[runs, s, a], axis=-1), S - 1)
         out[:, h] = s, a, s_next
         s = s_next
     return out
@@ -45,6 +54,21 @@ def optimal_start_value(mdp: TabularMDP, beta, temperature: float) -> np.ndarray
     pi_ref = np.full(mdp.kernel.shape[:-1], 1.0 / mdp.num_actions)
     _, values = dr_backward(tabular_continuation(mdp.kernel, beta), mdp.reward, mdp.horizon, pi_ref, temperature)
     return values[0][:, 0]
+
+
+def uniform_regret(mdp: TabularMDP, num_episodes: int, eval_beta: float, temperature: float) -> np.ndarray:
+    """Per-episode regret of the uniform reference policy, which never learns: the constant
+    ``V*_1(s_1) - V^{pi_ref}_1(s_1)`` in every episode, shape (R, num_episodes). Its cumulative
+    regret is linear in ``K``: the control for the regret-slope checks (slope 1)."""
+    if num_episodes < 1:
+        raise ValueError(f"num_episodes must be positive, got {num_episodes}")
+    R, S, A = mdp.kernel.shape[:3]
+    pi_ref = np.full((R, S, A), 1.0 / A)
+    uniform = np.broadcast_to(pi_ref, (mdp.horizon, R, S, A))
+    _, v = dr_backward(tabular_continuation(mdp.kernel, eval_beta), mdp.reward, mdp.horizon, pi_ref, temperature,
+                       policies=uniform)
+    gap = optimal_start_value(mdp, eval_beta, temperature) - v[0][:, 0]
+    return np.repeat(gap[:, None], num_episodes, axis=1)
 
 
 def tabular_regret(mdp: TabularMDP, num_episodes: int, bonus_scale, plan_beta, eval_beta: float,
@@ -82,6 +106,7 @@ def tabular_regret(mdp: TabularMDP, num_episodes: int, bonus_scale, plan_beta, e
     v_star = optimal_start_value(mdp, eval_beta, temperature)
     counts = np.zeros((R, S, A))
     transitions = np.zeros((R, S, A, S))
+    kernel_cdf = np.cumsum(P, axis=-1)
     reward_sum = np.zeros((R, S, A))
     regret = np.empty((R, num_episodes))
     for k in range(num_episodes):
@@ -93,11 +118,12 @@ def tabular_regret(mdp: TabularMDP, num_episodes: int, bonus_scale, plan_beta, e
                              bonus=bonus, caps=caps)
         _, v_pi = dr_backward(true_continuation, r, H, pi_ref, temperature, policies=pis)
         regret[:, k] = v_star - v_pi[0][:, 0]
-        s, a, s_next = _rollout(P, pis, rng)
+        s, a, s_next = _rollout(P, pis, rng, kernel_cdf=kernel_cdf)
         every = np.broadcast_to(runs, s.shape)
-        np.add.at(counts, (every, s, a), 1.0)
-        np.add.at(transitions, (every, s, a, s_next), 1.0)
-        np.add.at(reward_sum, (every, s, a), r[every, s, a])
+        pair = ((every * S + s) * A + a).ravel()  # flat (run, s, a) index of every visit
+        counts += np.bincount(pair, minlength=R * S * A).reshape(R, S, A)
+        transitions += np.bincount(pair * S + s_next.ravel(), minlength=R * S * A * S).reshape(R, S, A, S)
+        reward_sum += np.bincount(pair, weights=r[every, s, a].ravel(), minlength=R * S * A).reshape(R, S, A)
     return regret
 
 
@@ -130,24 +156,26 @@ def linear_regret(mdp: LinearMDP, num_episodes: int, bonus_scale, beta: float, t
     gram = np.broadcast_to(ridge * np.eye(d), (R, d, d)).copy()
     targets = np.zeros((R, d, S))  # sum_t phi_t e_{s'_t}^T
     kernel = mdp.kernel
+    kernel_cdf = np.cumsum(kernel, axis=-1)
+    rows = phi.reshape(R, S * A, d)  # batched matrix products instead of einsum (hot loop)
     regret = np.empty((R, num_episodes))
     for k in range(num_episodes):
         gram_inv = np.linalg.inv(gram)
-        width = np.sqrt(np.einsum("rsai,rij,rsaj->rsa", phi, gram_inv, phi))
+        width = np.sqrt(np.einsum("rni,rni->rn", np.matmul(rows, gram_inv), rows)).reshape(R, S, A)  # ||phi||_{Lambda^-1}
         bonus = scale * H * np.sqrt(d * np.log(d * H * (k + 1) / CONFIDENCE)) * width
-        weights = np.einsum("rij,rjs->ris", gram_inv, targets)  # (R, d, S): z_hat = weights @ y
+        weights = np.matmul(gram_inv, targets)  # (R, d, S): z_hat = weights @ y
 
         def estimated(V, h):
             shift = V.min(axis=-1, keepdims=True)
             y = np.exp(-(V - shift) / beta)  # (R, S) in (0, 1]
-            z = np.einsum("ris,rs->ri", weights, y)
+            z = np.matmul(weights, y[:, :, None])[:, :, 0]
             z = np.clip(z, y.min(axis=-1, keepdims=True), 1.0)
-            return np.einsum("rsai,ri->rsa", phi, shift - beta * np.log(z))
+            return np.matmul(rows, (shift - beta * np.log(z))[:, :, None]).reshape(R, S, A)
 
         pis, _ = dr_backward(estimated, r, H, pi_ref, temperature, bonus=bonus, caps=caps)
         _, v_pi = dr_backward(true_continuation, r, H, pi_ref, temperature, policies=pis)
         regret[:, k] = v_star - v_pi[0][:, 0]
-        s, a, s_next = _rollout(kernel, pis, rng)
+        s, a, s_next = _rollout(kernel, pis, rng, kernel_cdf=kernel_cdf)
         for h in range(H):
             f = phi[runs, s[h], a[h]]  # (R, d)
             gram += f[:, :, None] * f[:, None, :]
@@ -163,4 +191,4 @@ def loglog_slope(episodes, cumulative) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-__all__ = ["CONFIDENCE", "optimal_start_value", "tabular_regret", "linear_regret", "loglog_slope"]
+__all__ = ["CONFIDENCE", "optimal_start_value", "uniform_regret", "tabular_regret", "linear_regret", "loglog_slope"]

@@ -35,6 +35,24 @@ def regret_slope_estimate(checkpoints, per_episode, level: float = 0.95) -> Esti
                     "slope of the mean curve, jackknife SE over instances, normal interval")
 
 
+def window_checkpoints(end: int, count: int = 5) -> tuple:
+    """``end/2^(count-1), ..., end/2, end``: the checkpoints of a slope window ending at ``end``."""
+    return tuple(int(end // 2**j) for j in reversed(range(count)))
+
+
+def slope_by_window(per_episode, num_checkpoints: int = 5, smallest_start: int = 50) -> list:
+    """The regret slope over ``[K'/16, K']`` for ``K' = K, K/2, K/4, ...`` (while ``K'/16`` is at
+    least ``smallest_start``), each with its jackknife interval over instances: how the fitted
+    slope moves with the horizon inside one run. Rows ``{'end', 'start', 'estimate'}``."""
+    per_episode = np.asarray(per_episode, dtype=float)
+    end, rows = per_episode.shape[1], []
+    while end // 2 ** (num_checkpoints - 1) >= smallest_start:
+        cps = window_checkpoints(end, num_checkpoints)
+        rows.append({"end": end, "start": cps[0], "estimate": regret_slope_estimate(cps, per_episode[:, :end])})
+        end //= 2
+    return rows
+
+
 def tail_excess(regret: dict, worse: str, better: str, start: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-instance mean per-episode regret over episodes ``start..K`` of two learners, ``(worse,
     better)``, each shape (instances,): the inputs of a paired comparison."""

@@ -96,7 +96,7 @@ def kl_divergence(q, p) -> np.ndarray:
     q, p = np.broadcast_arrays(np.asarray(q, float), np.asarray(p, float))
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(q > 0, q * (np.log(q) - np.log(p)), 0.0)
-    return np.sum(terms, axis=-1)
+    return terms @ np.ones(terms.shape[-1])  # the sum over the last axis (faster than .sum on short axes)
 
 
 def tv_worst_expectation(P, V, radius: float) -> np.ndarray:
@@ -156,10 +156,19 @@ def _soft_max(Q, pi_ref, temperature: float):
     """Soft policy and soft value from one shifted exponential: returns ``(pi (..., A), V (...))``."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    Q, pi_ref = np.broadcast_arrays(np.asarray(Q, float), np.asarray(pi_ref, float))
-    top = Q.max(axis=-1, keepdims=True)
-    w = pi_ref * np.exp((Q - top) / temperature)
-    mass = w.sum(axis=-1, keepdims=True)
+    Q = np.asarray(Q, float)
+    A = Q.shape[-1]
+    if A <= 8:  # a reduction over a short last axis is slow in NumPy: pairwise maxima instead
+        top = Q[..., :1]
+        for a in range(1, A):
+            top = np.maximum(top, Q[..., a:a + 1])
+    else:
+        top = Q.max(axis=-1, keepdims=True)
+    w = np.subtract(Q, top)
+    w /= temperature
+    np.exp(w, out=w)
+    w *= pi_ref  # broadcasts (pi_ref has Q's shape or fewer leading axes)
+    mass = (w @ np.ones(A))[..., None]  # a matrix-vector product sums a short axis faster than .sum
     return w / mass, top[..., 0] + temperature * np.log(mass[..., 0])
 
 
@@ -191,9 +200,34 @@ def tabular_continuation(P, beta) -> Continuation:
     """
     if isinstance(P, (list, tuple)):
         return lambda V, h: kl_robust_expectation(P[h], V[..., None, None, :], beta)
-    beta = np.asarray(beta, float)
-    beta = beta[..., None, None] if beta.ndim else beta  # per-run beta (R,) -> (R, 1, 1)
-    return lambda V, h: kl_robust_expectation(P, V[..., None, None, :], beta)
+    beta = _check_beta(beta)
+    P = np.asarray(P, float)
+    if P.ndim != 4 or (beta.ndim and beta.shape != P.shape[:1]):  # general shapes: the generic operator
+        b = beta[..., None, None] if beta.ndim else beta
+        return lambda V, h: kl_robust_expectation(P, V[..., None, None, :], b)
+    # a batch of runs, P (R, S, A, S), V (R, S): one batched matrix-vector product per step
+    R, S, A, _ = P.shape
+    rows = P.reshape(R, S * A, S)
+    finite = np.isfinite(beta) if beta.ndim else None
+    scale = (np.where(finite, beta, 1.0) if beta.ndim else beta)
+
+    def expect(w):  # (R, S) -> (R, S, A): sum_s' P(s'|s, a) w(s')
+        return np.matmul(rows, w[:, :, None]).reshape(R, S, A)
+
+    def continuation(V, h):
+        if beta.ndim == 0 and np.isinf(beta):
+            return expect(V)
+        shift = V.min(axis=-1, keepdims=True)  # (R, 1)
+        b = scale[:, None] if beta.ndim else scale
+        mass = expect(np.exp((shift - V) / b))
+        if not mass.min() >= 1e-280:  # rare: the exact slow path of kl_robust_expectation
+            return kl_robust_expectation(P, V[..., None, None, :], beta[:, None, None] if beta.ndim else beta)
+        out = shift[:, :, None] - (b[:, :, None] if beta.ndim else b) * np.log(mass)
+        if finite is not None and not finite.all():
+            out = np.where(finite[:, None, None], out, expect(V))
+        return out
+
+    return continuation
 
 
 def rectangular_continuation(features, factors, beta) -> Continuation:
@@ -201,6 +235,11 @@ def rectangular_continuation(features, factors, beta) -> Continuation:
 
     ``features`` (..., S, A, d) rows on the simplex, ``factors`` (..., d, S) distributions.
     """
+    features, factors = np.asarray(features, float), np.asarray(factors, float)
+    if features.ndim == 4 and factors.ndim == 3 and np.ndim(beta) == 0:  # a batch of runs: matrix products
+        R, S, A, d = features.shape
+        rows = features.reshape(R, S * A, d)
+        return lambda V, h: np.matmul(rows, kl_robust_expectation(factors, V[:, None, :], beta)[:, :, None]).reshape(R, S, A)
     return lambda V, h: np.einsum(
         "...sad,...d->...sa", features, kl_robust_expectation(factors, V[..., None, :], beta)
     )
@@ -245,19 +284,21 @@ def dr_backward(
     rewards = list(reward) if isinstance(reward, (list, tuple)) else [reward] * horizon
     if len(rewards) != horizon:
         raise ValueError(f"need {horizon} reward arrays, got {len(rewards)}")
+    if bonus is not None:  # r + b once, not at every step
+        rewards = [r + bonus for r in rewards] if isinstance(reward, (list, tuple)) else [reward + bonus] * horizon
     V = np.zeros(np.shape(rewards[-1])[:-1])
     values, pis = [V], []
+    if policies is not None:  # the KL term of a fixed policy does not depend on Q: all steps at once
+        policy_kl = temperature * kl_divergence(policies, pi_ref)
     for h in reversed(range(horizon)):
-        Q = rewards[h] + continuation(V, h)
-        if bonus is not None:
-            Q = Q + bonus
+        Q = rewards[h] + continuation(V, h)  # a fresh array (the continuation's result is not modified)
         if caps is not None:
-            Q = np.minimum(Q, caps[h])
+            np.minimum(Q, caps[h], out=Q)
         if policies is None:
             pi, V = _soft_max(Q, pi_ref, temperature)
         else:
             pi = policies[h]
-            V = regularised_action_value(pi, Q, pi_ref, temperature)
+            V = np.einsum("...a,...a->...", pi, Q) - policy_kl[h]  # regularised_action_value
         values.append(V)
         pis.append(pi)
     return np.stack(pis[::-1]), np.stack(values[::-1])
