@@ -72,6 +72,23 @@ def test_digits_lm_shapes_and_layout(tiny_lm):
     assert out.tokens.shape == (6, 56) and out.tokens.max() < paper.PIXEL_LEVELS
 
 
+def test_grouped_forward_equals_one_full_pass(tiny_lm):
+    """Rows grouped by how far they reach give the probabilities of one pass over all 65 tokens."""
+    import torch
+
+    lm = paper.DigitsLM.load(tiny_lm)
+    _, full = lm.prompts(12, paper.PROMPT_PIXELS)
+    rng = np.random.default_rng(0)
+    starts = rng.integers(1, 62, size=12)
+    positions = np.minimum(starts[:, None] + np.arange(4), 64)  # rows end anywhere from 4 to 64
+    grouped = lm(full, positions)
+    with torch.no_grad():
+        logits = lm.model(input_ids=torch.from_numpy(full[:, :64])).logits[..., :paper.PIXEL_LEVELS].double()
+    one_pass = torch.softmax(logits, dim=-1).numpy()[np.arange(12)[:, None], positions - 1]
+    np.testing.assert_allclose(grouped, one_pass, atol=1e-6)
+    assert len(np.unique((positions.max(1) - 1) // paper.digits_lm.GROUP_TOKENS)) > 2, "several groups were used"
+
+
 def test_cached_autoregressive_sampler_matches_the_uncached_one(tiny_lm):
     lm = paper.DigitsLM.load(tiny_lm)
     prompts, _ = lm.prompts(20, paper.PROMPT_PIXELS)
