@@ -23,6 +23,10 @@ segment_softmax
     Segment softmax + weighted scatter-add over a CSR edge list (sparse GAT, one program per node
     and head, online softmax). Checked in the C2-GMAE chapter's tests against its reference and
     GATConv; the chapter's models use GATConv.
+spec_verify
+    Batched speculative verification (accept prefix, residual draw by the exponential race), one
+    program per sequence; equal token for token to ``compendium.speculative.spec_verify``. Used
+    by the OnlineSPEC chapter.
 """
 
 
