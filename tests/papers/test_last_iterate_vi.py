@@ -250,3 +250,68 @@ def test_exponents_display_rows():
     rows = paper.rates.exponents_display_rows()
     assert [r["regime"] for r in rows][-1] == "ROG, strongly monotone"
     assert rows[0]["rate r"] == "2/5" and len(rows) == 5
+
+
+# ---------------------------------------------------------------- batched simulator, warm anchor, lambda sweep
+def test_simulate_batch_equals_separate_runs(problems):
+    # two ball problems advanced together see the same draws as each run alone with the same seed
+    p, q = problems["bilinear"], problems["quad"]
+    base, tuned = paper.base_schedule(0.25, 10.0), paper.sigma_tuned_schedule(0.3, 0.25, 10.0)
+    arms_p = [(False, base, 0.1), (True, tuned, 0.3)]
+    arms_q = [(True, paper.strongly_monotone_schedule(0.25, 0.25, 10.0), 1.0)]
+    ckpt = paper.checkpoint_times(300, 6)
+    both = paper.methods.simulate_batch([p, q], [arms_p, arms_q], 3, 300, ckpt, np.random.default_rng(8), chunk=37,
+                                        restricted=(1,))
+    alone_p = paper.methods.simulate_batch([p], [arms_p], 3, 300, ckpt, np.random.default_rng(8), chunk=37)[0]
+    alone_q = paper.methods.simulate_batch([q], [arms_q], 3, 300, ckpt, np.random.default_rng(8), restricted=(0,))[0]
+    np.testing.assert_allclose(both[0]["gap_sq"], alone_p["gap_sq"], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(both[1]["gap_sq"], alone_q["gap_sq"], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(both[1]["restricted_sq"], alone_q["restricted_sq"], rtol=1e-10, atol=1e-14)
+    assert both[0]["restricted_sq"] is None and both[0]["final"].shape == (2, 3, p.dim)
+    # a single ball of the full dimension is projected with the two-ball problems
+    a = paper.affine_monotone(p.dim, np.random.default_rng(9))
+    mixed = paper.methods.simulate_batch([p, a], [arms_p, arms_p], 2, 200, ckpt[ckpt <= 200], np.random.default_rng(1))
+    solo = paper.methods.simulate_batch([a], [arms_p], 2, 200, ckpt[ckpt <= 200], np.random.default_rng(1))[0]
+    np.testing.assert_allclose(mixed[1]["gap_sq"], solo["gap_sq"], rtol=1e-10, atol=1e-14)
+    # a simplex problem of the same dimension rides along, projected on its own slice
+    c = paper.cyclic_game(3, np.random.default_rng(10))
+    with_simplex = paper.methods.simulate_batch([p, c], [arms_p, arms_p], 2, 200, ckpt[ckpt <= 200], np.random.default_rng(1))
+    solo_c = paper.methods.simulate_batch([c], [arms_p], 2, 200, ckpt[ckpt <= 200], np.random.default_rng(1))[0]
+    np.testing.assert_allclose(with_simplex[1]["gap_sq"], solo_c["gap_sq"], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(with_simplex[0]["gap_sq"], mixed[0]["gap_sq"], rtol=1e-10, atol=1e-14)
+    with pytest.raises(ValueError):  # the ball problems must come first
+        paper.methods.simulate_batch([c, p], [arms_p, arms_p], 2, 10, np.array([10]), np.random.default_rng(0))
+    with pytest.raises(ValueError):  # one dimension per batch
+        paper.methods.simulate_batch([p, problems["cyclic"]], [arms_p, arms_p], 2, 10, np.array([10]), np.random.default_rng(0))
+
+
+def test_warm_anchor_and_lambda_sweep(tiny_result):
+    r = tiny_result
+    assert r.warm["gap_sq"].shape == (r.checkpoints.size, 2, len(paper.WARM_SIGMAS), 2)
+    assert r.lambda_sweep["gap_sq"].shape == (r.checkpoints.size, 3, 2) and r.lambda_sweep["dist_sq"].shape == (3, 2)
+    np.testing.assert_allclose(r.lambda_sweep["lambdas"], [0.0625, 0.125, 0.25])
+    # the lambda = strong_monotonicity member is the strong run's ROG at sigma = 1 (same draws)
+    j = int(np.flatnonzero(np.isclose(r.strong_sigmas, 1.0))[0])
+    np.testing.assert_array_equal(r.lambda_sweep["gap_sq"][:, -1], r.strong_gap_sq[:, 0, j])
+    # the warm game is the bilinear game with the anchor moved towards the solution
+    warm = paper.bilinear_game(5, np.random.default_rng(0), anchor_norm=paper.WARM_ANCHOR_NORM)
+    first = paper.bilinear_game(5, np.random.default_rng(0))
+    np.testing.assert_array_equal(warm.matrix, first.matrix)
+    np.testing.assert_allclose(warm.anchor / paper.WARM_ANCHOR_NORM, first.anchor / 0.5)
+    assert r.metrics["warm_final"][("RG", 1.0)] > r.metrics["warm_final"][("RG", 0.0)]
+
+
+def test_ratio_and_power_estimates_on_known_values():
+    ev = paper.evaluation
+    num, den = np.array([2.0, 4.0, 6.0, 8.0]), np.array([1.0, 1.0, 1.0, 1.0])
+    est = ev.final_ratio_estimate(num, den, rng=0, resamples=200)
+    assert est.point == pytest.approx(5.0) and est.low <= 5.0 <= est.high and est.n == 4
+    same = ev.final_ratio_estimate(den, den, rng=0, resamples=50)
+    assert same.point == same.low == same.high == 1.0
+    with pytest.raises(ValueError):
+        ev.final_ratio_estimate(num, den[:3], rng=0)
+    lam = np.array([0.1, 0.2, 0.4])
+    rng = np.random.default_rng(3)
+    final = lam[:, None] ** -2.0 * np.exp(0.01 * rng.standard_normal((3, 6)))
+    power = ev.power_over_seeds(lam, final)
+    assert power.n == 6 and power.low < -2.0 < power.high and abs(power.point + 2.0) < 0.05

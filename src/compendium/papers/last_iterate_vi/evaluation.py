@@ -22,13 +22,62 @@ def _window(result) -> np.ndarray:
     return (t >= lo) & (t <= hi)
 
 
+def curves_slope_estimate(result, curves: np.ndarray, label: str = "curve") -> Estimate:
+    """Mean over seeds of the log-log slope of per-seed curves ``(K, R)`` in the run's window."""
+    keep = _window(result)
+    curves = np.asarray(curves)[keep]  # (K_w, R)
+    if np.any(curves <= 0):
+        raise ValueError(f"{label} reaches Gap^2 = 0 in the window: no slope")
+    return loglog_slope_by_replicate(result.checkpoints[keep], curves.T, unit=SEEDS)
+
+
 def slope_estimate(result, method: str, sigma: float) -> Estimate:
     """Mean over seeds of the log-log slope of ``Gap^2`` in the window (t interval over seeds)."""
-    keep = _window(result)
-    curves = result.curves(method, sigma)[keep]  # (K_w, R)
-    if np.any(curves <= 0):
-        raise ValueError(f"{method} at sigma = {sigma} reaches Gap^2 = 0 in the window: no slope")
-    return loglog_slope_by_replicate(result.checkpoints[keep], curves.T, unit=SEEDS)
+    return curves_slope_estimate(result, result.curves(method, sigma), f"{method} at sigma = {sigma}")
+
+
+def warm_slope_estimate(result, method: str, sigma: float) -> Estimate:
+    """As :func:`slope_estimate` on the warm-anchor bilinear game."""
+    return curves_slope_estimate(result, result.warm_curves(method, sigma), f"{method} (warm) at sigma = {sigma}")
+
+
+def power_over_seeds(xs, final: np.ndarray) -> Estimate:
+    """Exponent ``p`` of ``final ~ xs^p``: OLS per seed (column of ``final``, shape (len(xs), R)),
+    t interval over seeds."""
+    final = np.asarray(final)
+    powers = [rates.fit_power(xs, final[:, r]) for r in range(final.shape[1])]
+    return mean_interval(powers, unit=SEEDS)
+
+
+def lambda_power_estimate(result, which: str = "gap_sq") -> Estimate:
+    """Power of ``lambda`` in ROG's ``Gap^2_T`` (``which='gap_sq'``) or ``||z_T - z*||^2``
+    (``'dist_sq'``) over the lambda sweep, per seed, t interval over seeds."""
+    sweep = result.lambda_sweep
+    final = sweep["gap_sq"][-1] if which == "gap_sq" else sweep["dist_sq"]  # (L, R)
+    return power_over_seeds(sweep["lambdas"], final)
+
+
+def final_ratio_estimate(numerator: np.ndarray, denominator: np.ndarray, rng, resamples: int = 2000,
+                         level: float = 0.95) -> Estimate:
+    """``mean(numerator) / mean(denominator)`` over seeds (shape (R,) each, paired by seed: the same
+    noise draws), with a percentile bootstrap that resamples seeds."""
+    num, den = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    if num.shape != den.shape or num.ndim != 1:
+        raise ValueError("numerator and denominator must be paired 1-D arrays over seeds")
+
+    def ratio(seeds):
+        return float(num[seeds].mean() / den[seeds].mean())
+
+    point = ratio(np.arange(num.size))
+    low, high = _bootstrap_seeds(ratio, num.size, rng, resamples, level)
+    return Estimate(point, float(low), float(high), level, SEEDS, int(num.size),
+                    f"percentile bootstrap over seeds, {resamples} resamples")
+
+
+def noise_ratio_estimate(curves_noisy: np.ndarray, curves_clean: np.ndarray, rng, resamples: int = 2000) -> Estimate:
+    """How much noise raises the final squared gap: ``mean Gap^2_T(sigma) / mean Gap^2_T(0)``
+    from per-seed curves (K, R)."""
+    return final_ratio_estimate(np.asarray(curves_noisy)[-1], np.asarray(curves_clean)[-1], rng, resamples)
 
 
 def strong_slope_estimate(result, sigma: float, method_index: int = 0) -> Estimate:
@@ -46,9 +95,7 @@ def strong_power_estimate(result, sigmas) -> Estimate:
     from .experiment import _index
 
     j = [_index(result.strong_sigmas, s) for s in sigmas]
-    final = result.strong_gap_sq[-1, 0][j]  # (len(sigmas), R)
-    powers = [rates.fit_power(sigmas, final[:, r]) for r in range(final.shape[1])]
-    return mean_interval(powers, unit=SEEDS)
+    return power_over_seeds(sigmas, result.strong_gap_sq[-1, 0][j])  # (len(sigmas), R)
 
 
 def _bootstrap_seeds(statistic, num_seeds: int, rng, resamples: int, level: float):

@@ -26,6 +26,16 @@ NUM_CVXPY_POINTS = 5
 MAIN_METHODS = ("RG", "ROG (sigma-tuned)", "ROG (fixed)", "SGDA", "OG")
 # comparison methods run only at the noise levels their checks read (time budget)
 EXTRA_SIGMAS = {"RG (low-noise)": LOW_NOISE_SIGMAS, "OG (decaying)": (CONTROL_SIGMA,)}
+# the instance where noise matters: the bilinear game with its anchor (and start) 0.02 from the
+# solution instead of 0.5, so the Tikhonov bias mu^2 D^2 is (0.02 / 0.5)^2 = 1/625 of the first
+# game's while the variance sigma^2 eta / mu is unchanged (fixed before any run)
+WARM_ANCHOR_NORM = 0.02
+WARM_METHODS = ("RG", "ROG (sigma-tuned)")
+WARM_SIGMAS = REQUIRED_SIGMAS
+NOISE_CHECK_SIGMA = 0.1  # noise-matters ratio Gap^2_T(0.1) / Gap^2_T(0) and the warm rate rows
+# the lambda sweep for the 1/lambda^2 factor: lambda * (1/4, 1/2, 1) on the same game, ROG at sigma = 1
+LAMBDA_FACTORS = (0.25, 0.5, 1.0)
+LAMBDA_SIGMA = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,10 @@ class Result:
     ``gap_sq[k, m, s, r]`` is ``Gap(z_t)^2`` at ``t = checkpoints[k]`` for method ``methods[m]``,
     noise ``sigmas[s]`` and seed ``r`` on the bilinear game; ``strong_*`` and ``other`` hold the
     same for the other problems; ``extra[name]`` holds ``sigmas`` and ``gap_sq`` (K, S, R) of the
-    comparison methods of :data:`EXTRA_SIGMAS`. ``metrics`` holds every number the ledger reads.
+    comparison methods of :data:`EXTRA_SIGMAS`; ``warm`` holds ``methods``, ``sigmas`` and
+    ``gap_sq`` (K, M, S, R) on the warm-anchor bilinear game; ``lambda_sweep`` holds ``lambdas``,
+    ``gap_sq`` (K, L, R) and ``dist_sq`` (L, R) (``||z_T - z*||^2``) of ROG at ``LAMBDA_SIGMA``.
+    ``metrics`` holds every number the ledger reads.
     """
 
     config: Config
@@ -121,6 +134,8 @@ class Result:
     strong_restricted_sq: np.ndarray
     other: dict
     extra: dict
+    warm: dict
+    lambda_sweep: dict
     schedules: dict
     symbolic: dict
     exponents_table: list
@@ -132,6 +147,11 @@ class Result:
             e = self.extra[method]
             return e["gap_sq"][:, _index(e["sigmas"], sigma)]
         return self.gap_sq[:, self.methods.index(method), _index(self.sigmas, sigma)]
+
+    def warm_curves(self, method: str, sigma: float) -> np.ndarray:
+        """``Gap^2`` on the warm-anchor bilinear game per seed, shape (K, R)."""
+        w = self.warm
+        return w["gap_sq"][:, w["methods"].index(method), _index(w["sigmas"], sigma)]
 
     def mean(self, method: str, sigma: float) -> np.ndarray:
         """Mean over seeds of ``Gap^2`` on the bilinear game, shape (K,)."""
@@ -190,31 +210,69 @@ def run(config: Config) -> Result:
     affine = pb.affine_monotone(2 * n, make_rng(c.seed, 2))
     cyclic = pb.cyclic_game(n if n % 2 else n + 1, make_rng(c.seed, 3))
 
-    # 1. the bilinear game: RG, ROG (two schedules) and the baselines, every sigma
-    methods = main_methods(sigmas, cap, t0)
-    main = me.simulate(bilinear, methods, sigmas, c.num_seeds, T, ckpt, make_rng(c.seed, 10))
-    seg = me.simulate_extragradient(bilinear, cap, sigmas, c.num_seeds, T, ckpt, make_rng(c.seed, 11))
-    extra = {}
-    for k, (name, method) in enumerate(extra_methods(cap, t0).items()):
-        # the same seed stream as the main run, so the noise draws of each seed match (common random numbers)
-        sim = me.simulate(bilinear, [method], np.array(EXTRA_SIGMAS[name]), c.num_seeds, T, ckpt, make_rng(c.seed, 10))
-        extra[name] = {"sigmas": np.array(EXTRA_SIGMAS[name]), "gap_sq": sim["gap_sq"][:, 0]}  # (K, S, R)
+    warm = pb.bilinear_game(n, make_rng(c.seed, 0), anchor_norm=WARM_ANCHOR_NORM)  # same A and direction
+    lambdas = tuple(f * c.strong_monotonicity for f in LAMBDA_FACTORS)
+    sweep_games = [quad if f == 1.0 else pb.quadratic_game(n, lam, make_rng(c.seed, 1))  # same A, z*, anchor
+                   for f, lam in zip(LAMBDA_FACTORS, lambdas)]
 
-    # 2. the strongly monotone game: ROG and RG with eta_t = 1/(lambda t), mu_t = 1/t
+    # every ball problem advances in one vectorised loop (common random numbers across problems)
+    methods = main_methods(sigmas, cap, t0)
+    extras = extra_methods(cap, t0)
+    arms_bilinear = [(m.optimistic, sch, float(s)) for m in methods for sch, s in zip(m.schedules, sigmas)]
+    for name, method in extras.items():
+        arms_bilinear += [(method.optimistic, sch, float(s)) for sch, s in zip(method.schedules, EXTRA_SIGMAS[name])]
+    warm_methods = [m for m in main_methods(WARM_SIGMAS, cap, t0) if m.name in WARM_METHODS]
+    arms_warm = [(m.optimistic, sch, float(s)) for m in warm_methods for sch, s in zip(m.schedules, WARM_SIGMAS)]
     strong_sigmas = sigmas[sigmas <= 1.0 + 1e-12]
     strong_sched = me.strongly_monotone_schedule(c.strong_monotonicity, cap, t0)
     strong_methods = [me.Method("ROG", True, tuple(strong_sched for _ in strong_sigmas)),
                       me.Method("RG", False, tuple(strong_sched for _ in strong_sigmas))]
-    strong = me.simulate(quad, strong_methods, strong_sigmas, c.num_seeds, T, ckpt, make_rng(c.seed, 12),
-                         restricted=True)
-
-    # 3. two more monotone problems, shown without criteria
-    other = {}
-    for k, prob in enumerate((affine, cyclic)):
-        ms = main_methods(OTHER_SIGMAS, cap, t0)[:2]
-        sim = me.simulate(prob, ms, OTHER_SIGMAS, c.num_seeds, T, ckpt, make_rng(c.seed, 13 + k))
-        other[prob.name] = {"methods": tuple(m.name for m in ms), "sigmas": np.array(OTHER_SIGMAS),
-                            "gap_sq": sim["gap_sq"]}
+    arms_strong = [(m.optimistic, sch, float(s)) for m in strong_methods for sch, s in zip(m.schedules, strong_sigmas)]
+    sweep_idx = [k for k, f in enumerate(LAMBDA_FACTORS) if f != 1.0]
+    arms_sweep = [[(True, me.strongly_monotone_schedule(lambdas[k], cap, t0), LAMBDA_SIGMA)] for k in sweep_idx]
+    other_methods = main_methods(OTHER_SIGMAS, cap, t0)[:2]
+    arms_other = [(m.optimistic, sch, float(s)) for m in other_methods for sch, s in zip(m.schedules, OTHER_SIGMAS)]
+    batch_problems = [bilinear, warm, quad, *[sweep_games[k] for k in sweep_idx], affine]
+    batch_arms = [arms_bilinear, arms_warm, arms_strong, *arms_sweep, arms_other]
+    cyclic_joins = cyclic.dim == bilinear.dim  # n odd: the simplex game rides in the same loop
+    if cyclic_joins:
+        batch_problems.append(cyclic)
+        batch_arms.append(arms_other)
+    batch = me.simulate_batch(batch_problems, batch_arms, c.num_seeds, T, ckpt, make_rng(c.seed, 10), restricted=(2,))
+    K, R = ckpt.size, c.num_seeds
+    n_main = len(methods) * sigmas.size
+    main_gap = batch[0]["gap_sq"][:, :n_main].reshape(K, len(methods), sigmas.size, R)
+    extra, pos = {}, n_main
+    for name in extras:
+        k = len(EXTRA_SIGMAS[name])
+        extra[name] = {"sigmas": np.array(EXTRA_SIGMAS[name]), "gap_sq": batch[0]["gap_sq"][:, pos:pos + k]}  # (K, S, R)
+        pos += k
+    warm_out = {"methods": WARM_METHODS, "sigmas": np.array(WARM_SIGMAS),
+                "gap_sq": batch[1]["gap_sq"].reshape(K, len(WARM_METHODS), len(WARM_SIGMAS), R)}
+    strong_gap = batch[2]["gap_sq"].reshape(K, 2, strong_sigmas.size, R)
+    strong_res = batch[2]["restricted_sq"].reshape(K, 2, strong_sigmas.size, R)
+    # the lambda sweep: ROG at LAMBDA_SIGMA, the lambda = strong_monotonicity member read from the strong run
+    j_sig = _index(strong_sigmas, LAMBDA_SIGMA)
+    sweep_gap, sweep_dist = [], []
+    for k, (f, game) in enumerate(zip(LAMBDA_FACTORS, sweep_games)):
+        if f == 1.0:
+            gap_k, final_k = strong_gap[:, 0, j_sig], batch[2]["final"][j_sig]  # ROG arms come first
+        else:
+            out = batch[3 + sweep_idx.index(k)]
+            gap_k, final_k = out["gap_sq"][:, 0], out["final"][0]
+        sweep_gap.append(gap_k)
+        sweep_dist.append(np.sum((final_k - game.solution) ** 2, axis=-1))
+    lambda_sweep = {"lambdas": np.array(lambdas), "gap_sq": np.stack(sweep_gap, axis=1), "dist_sq": np.array(sweep_dist)}
+    other = {affine.name: {"methods": tuple(m.name for m in other_methods), "sigmas": np.array(OTHER_SIGMAS),
+                           "gap_sq": batch[3 + len(sweep_idx)]["gap_sq"].reshape(K, 2, len(OTHER_SIGMAS), R)}}
+    if cyclic_joins:
+        cyclic_gap = batch[-1]["gap_sq"].reshape(K, 2, len(OTHER_SIGMAS), R)
+    else:  # a simplex game of another dimension has a loop of its own
+        cyclic_gap = me.simulate(cyclic, other_methods, OTHER_SIGMAS, c.num_seeds, T, ckpt, make_rng(c.seed, 14))["gap_sq"]
+    other[cyclic.name] = {"methods": tuple(m.name for m in other_methods), "sigmas": np.array(OTHER_SIGMAS),
+                          "gap_sq": cyclic_gap}
+    # SEG makes two oracle calls per step: a loop of its own
+    seg = me.simulate_extragradient(bilinear, cap, sigmas, c.num_seeds, T, ckpt, make_rng(c.seed, 11))
 
     # 4. gap computations: cvxpy against closed forms and the fast solver
     cvx = {p.name: cvxpy_gap_check(p, make_rng(c.seed, 20 + k)) for k, p in enumerate((bilinear, quad, affine))}
@@ -230,9 +288,9 @@ def run(config: Config) -> Result:
     }
     result = Result(
         config=c, checkpoints=ckpt, sigmas=sigmas, methods=tuple(m.name for m in methods),
-        gap_sq=main["gap_sq"], seg_gap_sq=seg, strong_sigmas=strong_sigmas,
-        strong_methods=tuple(m.name for m in strong_methods), strong_gap_sq=strong["gap_sq"],
-        strong_restricted_sq=strong["restricted_sq"], other=other, extra=extra,
+        gap_sq=main_gap, seg_gap_sq=seg, strong_sigmas=strong_sigmas,
+        strong_methods=tuple(m.name for m in strong_methods), strong_gap_sq=strong_gap,
+        strong_restricted_sq=strong_res, other=other, extra=extra, warm=warm_out, lambda_sweep=lambda_sweep,
         schedules={"base": me.base_schedule(cap, t0), "strong": strong_sched,
                    "tuned": {float(s): me.sigma_tuned_schedule(float(s), cap, t0) for s in sigmas}},
         symbolic=symbolic, exponents_table=rates.derived_exponents_table(), metrics={"cvxpy": cvx},
@@ -278,11 +336,20 @@ def _metrics(r: Result) -> dict:
     other = {name: {(m, float(s)): rates.fit_loglog_slope(t, o["gap_sq"][:, i, k].mean(axis=-1), win)
                     for i, m in enumerate(o["methods"]) for k, s in enumerate(o["sigmas"])}
              for name, o in r.other.items()}
+    warm = {(m, float(s)): rates.fit_loglog_slope(t, r.warm_curves(m, s).mean(axis=-1), win)
+            for m in r.warm["methods"] for s in r.warm["sigmas"]}
+    warm_final = {(m, float(s)): float(r.warm_curves(m, s)[-1].mean()) for m in r.warm["methods"] for s in r.warm["sigmas"]}
+    sweep = r.lambda_sweep
+    lam_final = sweep["gap_sq"][-1].mean(axis=-1)
     cvx = r.metrics["cvxpy"]
     bil = next(v for k, v in cvx.items() if k.startswith("bilinear"))
     return {
         "slope": slope, "seed_slopes": seed_slopes, "final": final, "seg_slope": seg_slope, "fits": fits,
         "ratio": ratio, "strong": strong, "other_slopes": other,
+        "warm_slope": warm, "warm_final": warm_final,
+        "lambda": {"final": {float(x): float(v) for x, v in zip(sweep["lambdas"], lam_final)},
+                   "power": rates.fit_power(sweep["lambdas"], lam_final),
+                   "dist_power": rates.fit_power(sweep["lambdas"], sweep["dist_sq"].mean(axis=-1))},
         "cvxpy_vs_closed_form": float(np.max(np.abs(bil["cvxpy"] - bil["closed_form"]))),
         "cvxpy_vs_fast": float(max(np.max(np.abs(v["cvxpy"] - v["fast"])) for v in cvx.values())),
         "low_noise_ratio": max(ratio[s] for s in LOW_NOISE_SIGMAS),
