@@ -254,3 +254,9 @@ def test_the_mixture_and_kl_helpers_agree_with_scipy():
     p, q = rng.dirichlet(np.ones(7), size=5), rng.dirichlet(np.ones(7), size=5)
     ref = scipy.stats.entropy(p.T, q.T)
     np.testing.assert_allclose(paper.entropy_term(p) - (p * np.log(q)).sum(1), ref)
+
+
+def test_kernel_checks_on_the_cpu_reference():
+    out = paper.kernel_checks(paper.Config(**TINY), "cpu", shapes=20)
+    assert out["backend"] == "reference" and out["shapes"] == 20 and out["mismatches"] == 0
+    assert out["lossless_p"].shape == (TINY["check_pairs"],) and np.all((0 <= out["lossless_p"]) & (out["lossless_p"] <= 1))

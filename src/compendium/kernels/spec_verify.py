@@ -58,8 +58,8 @@ def spec_verify_reference(p, q, drafts, uniforms, exponentials):
                         (~accept).to(torch.int8).argmax(1))                    # first rejection m
     rows = torch.arange(B, device=p.device)
     p_m = p[rows, n_acc].to(dtype)
-    q_pad = torch.cat([q, torch.zeros_like(q[:, :1])], dim=1)                 # q_gamma = 0: the bonus row
-    r = torch.clamp(p_m - q_pad[rows, n_acc].to(dtype), min=0)
+    q_m = q[rows, n_acc.clamp(max=gamma - 1)].to(dtype) * (n_acc < gamma)[:, None]  # q_gamma = 0: the bonus row
+    r = torch.clamp(p_m - q_m, min=0)
     r = torch.where((r > 0).any(-1, keepdim=True), r, p_m)
     race = torch.where(r > 0, exponentials.to(dtype) / torch.where(r > 0, r, torch.ones_like(r)),
                        torch.full_like(r, float("inf")))

@@ -71,6 +71,7 @@ from .experiment import (
     ensemble_comparison,
     every_replicate_difference,
     geometric_identity,
+    kernel_checks,
     offline_alpha_estimate,
     pinsker_check,
     run,

@@ -139,6 +139,51 @@ def run_formula_checks(config: Config) -> dict:
             "lossless_p": np.array(p_ref), "control_samples": first_ctrl}
 
 
+def kernel_checks(config: Config, device: str = "cpu", shapes: int = 200) -> dict:
+    """The batched verify of :mod:`compendium.kernels.spec_verify` against :func:`spec_verify`.
+
+    Through the dispatcher: the Triton kernel on a CUDA device, the PyTorch reference elsewhere
+    (``backend`` in the result says which ran). (1) Token-for-token equality with matched uniforms
+    and exponentials on ``shapes`` random float32 cases; (2) the first emitted token of
+    ``min(check_rounds, 4000)`` calls on each of ``check_pairs`` random pairs, tested against ``p``.
+    """
+    import torch
+
+    from ...kernels import spec_verify as sv
+    from ...kernels import use_triton
+
+    rng = make_rng(config.seed, 3)
+
+    def tensors(*arrays):
+        return [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in arrays]
+
+    backend = "triton" if use_triton("auto", torch.empty(0, device=device)) else "reference"
+    mismatches = 0
+    for _ in range(shapes):
+        B, g, V = int(rng.integers(1, 17)), int(rng.integers(1, 9)), int(rng.integers(2, 129))
+        conc = float(rng.choice([0.1, 0.5, 1.0, 3.0]))
+        p = rng.dirichlet(np.full(V, conc), size=(B, g + 1)).astype(np.float32)
+        q = rng.dirichlet(np.full(V, conc), size=(B, g)).astype(np.float32)
+        d = categorical(q.astype(float), rng)
+        u, e = rng.random((B, g)).astype(np.float32), rng.exponential(size=(B, V)).astype(np.float32)
+        ref_n, ref_t = spec_verify(p, q, d, u, e)
+        n, t = sv.spec_verify(*tensors(p, q, d, u, e))
+        mismatches += int((n.cpu().numpy() != ref_n).sum() + (t.cpu().numpy() != ref_t).sum())
+    V, g, N = CHECK_VOCAB, config.gamma, min(config.check_rounds, 4000)
+    p_values = []
+    for _ in range(config.check_pairs):
+        conc = rng.choice([0.3, 1.0, 3.0])
+        p1, q1 = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+        p = np.broadcast_to(p1, (N, g + 1, V)).astype(np.float32)
+        q = np.broadcast_to(q1, (N, g, V)).astype(np.float32)
+        d = categorical(q.astype(float), rng)
+        n, t = sv.spec_verify(*tensors(p, q, d, rng.random((N, g)).astype(np.float32),
+                                       rng.exponential(size=(N, V)).astype(np.float32)))
+        first = np.where(n.cpu().numpy() > 0, d[:, 0], t.cpu().numpy())
+        p_values.append(pooled_chisquare(np.bincount(first, minlength=V), p1)[2])
+    return {"backend": backend, "shapes": shapes, "mismatches": mismatches, "lossless_p": np.array(p_values), "draws": N}
+
+
 def control_p_values(control_samples: list, draws: int) -> np.ndarray:
     """Pearson p-values of the resample-from-p control on its first ``draws`` calls per pair."""
     V = CHECK_VOCAB
