@@ -117,11 +117,13 @@ def tv_worst_expectation(P, V, radius: float) -> np.ndarray:
     return np.sum(P * V, axis=-1) - np.sum(moved * (v_sorted - v_min), axis=-1)
 
 
-def kl_ball_expectation(P, V, radius: float, iterations: int = 120) -> np.ndarray:
+def kl_ball_expectation(P, V, radius: float, iterations: int = 90) -> np.ndarray:
     r"""KL-constrained worst case :math:`\min\{E_q V : KL(q\|P)\le\rho\}` by its 1-D dual.
 
     :math:`\sup_{\eta>0}\, -\eta\log E_P e^{-V/\eta} - \eta\rho`, concave in :math:`\eta`; a
-    golden-section search on :math:`\log\eta` runs for every row at once. Shape (...).
+    golden-section search on :math:`\log\eta` runs for every row at once, one new evaluation per
+    iteration (the other interior point is kept); 90 iterations shrink the initial bracket of width
+    ``log 10^12`` by ``0.618^90 ~ 1e-19``, below double precision. Shape (...).
     """
     if radius <= 0:
         raise ValueError(f"radius must be positive, got {radius}")
@@ -139,11 +141,13 @@ def kl_ball_expectation(P, V, radius: float, iterations: int = 120) -> np.ndarra
     c, d = b - g * (b - a), a + g * (b - a)
     fc, fd = dual(c), dual(d)
     for _ in range(iterations):
-        left = fc > fd  # the maximum lies in [a, d]
+        left = fc > fd  # the maximum lies in [a, d]: d becomes the new right point, c the new d
         a, b = np.where(left, a, c), np.where(left, d, b)
-        c_new, d_new = b - g * (b - a), a + g * (b - a)
-        c, d = c_new, d_new
-        fc, fd = dual(c), dual(d)
+        keep, f_keep = np.where(left, c, d), np.where(left, fc, fd)  # the interior point that stays
+        new = np.where(left, b - g * (b - a), a + g * (b - a))
+        f_new = dual(new)
+        c, d = np.where(left, new, keep), np.where(left, keep, new)
+        fc, fd = np.where(left, f_new, f_keep), np.where(left, f_keep, f_new)
     # the limit eta -> 0 of the dual is the minimum over the support (attained when the ball holds a point mass)
     support_min = np.min(np.where(P > 0, V, np.inf), axis=-1)
     return np.maximum(np.maximum(fc, fd), support_min)
