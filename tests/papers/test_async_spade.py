@@ -22,8 +22,8 @@ def _qk(seed=0, b=2, h=4, hkv=2, t=40, d=16):
 
 @pytest.fixture(scope="module")
 def tiny_models():
-    s = paper.ModelSettings(context=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                            max_short_steps=3, long_steps=2, batch_size=2, num_models=2)
+    s = paper.ModelSettings(context=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, short_context=32,
+                            short_batch_size=3, max_short_steps=3, long_steps=2, batch_size=2, num_models=2)
     return [paper.train_model(s, i)[0] for i in range(2)]
 
 
@@ -171,6 +171,17 @@ def test_tiny_run_is_deterministic(tiny_models):
         paper.run(dataclasses.replace(config, budgets=(64,)), tiny_models)
     c = paper.run(config, tiny_models, with_timing=True)
     assert {"full", "sync", "async", "t_fwd", "t_sel", "overlap_ratio"} <= set(c.timing)
+
+
+def test_asset_sizes_follow_the_power_analysis():
+    smoke, full = paper.settings_for("smoke"), paper.settings_for("full")
+    # smoke keeps the recipe of the 5-model version (its models are the first five), with 8 models
+    assert smoke == paper.ModelSettings(num_models=8)
+    assert full.num_models == 20 and full.short_batch_size == 32 and full.long_steps == 150
+    with pytest.raises(ValueError):
+        paper.settings_for("huge")
+    with pytest.raises(ValueError):
+        paper.Config(model_seeds=1)  # an interval over models needs two at least
 
 
 def test_training_learns_the_lookup():

@@ -26,7 +26,7 @@ ACCURACY_METHODS = ("full", "ridge", "last", "quest")
 class Config:
     """Parameters of the chapter (names as in the registry)."""
 
-    model_seeds: int = 5
+    model_seeds: int = 8
     eval_sequences: int = 8
     budgets: tuple = (64, 128)
     accuracy_budget: int = 64
@@ -44,7 +44,7 @@ class Config:
 
     def __post_init__(self):
         object.__setattr__(self, "budgets", tuple(int(b) for b in self.budgets))
-        ints = dict(model_seeds=1, eval_sequences=1, accuracy_budget=1, page_size=1, sink_tokens=0,
+        ints = dict(model_seeds=2, eval_sequences=1, accuracy_budget=1, page_size=1, sink_tokens=0,
                     local_tokens=1, window=2, ar_order=1, exactness_shapes=1, quest_bound_cases=1,
                     bootstrap_resamples=100, timing_steps=1)
         for name, low in ints.items():
