@@ -1,0 +1,354 @@
+"""GASS geometry-aware spherical sampling, on a 16-D class-conditional rectified-flow toy.
+
+Paper card
+----------
+ICML 2026, seed file ``000_f69ae4f9f6fb29da.txt``, abstract 10. The card
+(``shared/papers/gass_diversity.md``) reads the released script; we implement our own reading.
+
+Equations implemented
+---------------------
+* Data ``x = 3 c_k + s_dep z_dep c_k + s_ind z_ind d + s_n eps`` in R^16, with orthonormal class
+  directions ``c_k`` and a direction ``d`` orthogonal to all of them (``z_dep`` varies along the
+  class axis, ``z_ind`` off it: the ground-truth factors the real paper lacks).
+* Rectified flow, ``x_σ = (1-σ) x_0 + σ ε``, velocity ``v = ε - x_0``, ``x̂_0 = x_σ - σ v``;
+  classifier-free guidance ``v = v_∅ + w (v_c - v_∅)``; Euler steps from σ = 1 to 0.
+* "CLIP" φ: a fixed random two-layer tanh MLP R^16 -> S^31 (not CLIP); ``e_t(k)`` is the
+  normalised mean of φ over class-k data.
+* GASS (:func:`build_e_target`): ``a_i = <e_i, e_t>``, ``r_i = e_i - a_i e_t``;
+  ``a_i' = clip(a_i + w1 U(-r1, r1), -1, 1)``; ``u_ind`` = among 10 random unit vectors made
+  orthogonal to ``e_t`` by QR, the one with the largest mean ``|<r_i, b>|``;
+  ``target_i = normalise(a_i' e_t + r_i + w2 U(-r2, r2) u_ind)``.
+* :func:`optimise_x0_to_target`: Adam on x̂_0 maximising mean cos(φ(x̂_0), target) (lr 8e-3,
+  ≤ 60 steps, stop after 4 steps with gain < 5e-5); then ``v' = (x_σ - x̂_0') / σ`` at the
+  first ``guided_steps`` Euler steps.
+* Metrics: projection spreads (std of ``<e, e_t>`` and of ``<e, u_ind>``), Vendi score of the
+  embeddings with the cosine kernel, alignment = mean cos(φ(x), e_t), density and coverage
+  (Naeem et al. 2020, k = 5) against true class samples in data space.
+
+Ours, and why: the whole toy (no diffusers model: the time budget of this session); the
+rectified-flow MLP is trained by a plain Adam loop in :func:`train_flow` (a few seconds per model).
+
+Small-scale deviations
+----------------------
+φ is a random MLP, not CLIP; the "prompts" are 4 class labels; the sampler has 20 Euler steps
+(the paper: 28 steps of SD3-M) and guidance at steps 1-5 (the paper: 1-10).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+DIM = 16
+EMB = 32
+
+
+# ----------------------------------------------------------------------------------------------
+# data, "CLIP", flow model
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Toy:
+    """The generative geometry: class directions, the off-class direction, factor scales."""
+
+    classes: np.ndarray  # (K, DIM) orthonormal
+    d_ind: np.ndarray  # (DIM,) orthogonal to every class direction
+    s_dep: float = 0.8
+    s_ind: float = 0.8
+    s_noise: float = 0.3
+
+
+def make_toy(num_classes: int, rng: np.random.Generator) -> Toy:
+    q, _ = np.linalg.qr(rng.standard_normal((DIM, num_classes + 1)))
+    return Toy(classes=q[:, :num_classes].T.copy(), d_ind=q[:, num_classes].copy())
+
+
+def sample_data(toy: Toy, labels: np.ndarray, rng: np.random.Generator):
+    """Return (x, z_dep, z_ind) for the given labels."""
+    n = len(labels)
+    z_dep, z_ind = rng.standard_normal(n), rng.standard_normal(n)
+    c = toy.classes[labels]
+    x = (3.0 + toy.s_dep * z_dep)[:, None] * c + toy.s_ind * z_ind[:, None] * toy.d_ind[None]
+    x = x + toy.s_noise * rng.standard_normal((n, DIM))
+    return x.astype(np.float32), z_dep, z_ind
+
+
+class Encoder(nn.Module):
+    """Fixed random 'CLIP' φ: R^16 -> S^31 (two tanh layers, then normalise). Not CLIP."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w1 = nn.Parameter(torch.randn(DIM, 64, generator=g) / DIM ** 0.5, requires_grad=False)
+        self.w2 = nn.Parameter(torch.randn(64, EMB, generator=g) / 8.0, requires_grad=False)
+
+    def forward(self, x):
+        h = torch.tanh(torch.tanh(x @ self.w1) @ self.w2 * 2.0)
+        return h / h.norm(dim=-1, keepdim=True)
+
+
+class FlowMLP(nn.Module):
+    """Velocity net v(x_σ, σ, class); class index K is the null label for CFG."""
+
+    def __init__(self, num_classes: int, hidden: int = 128):
+        super().__init__()
+        self.emb = nn.Embedding(num_classes + 1, 32)
+        self.net = nn.Sequential(nn.Linear(DIM + 1 + 32, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
+                                 nn.SiLU(), nn.Linear(hidden, DIM))
+        self.num_classes = num_classes
+
+    def forward(self, x, sigma, label):
+        return self.net(torch.cat([x, sigma[:, None], self.emb(label)], dim=-1))
+
+
+def train_flow(toy: Toy, num_classes: int, steps: int, seed: int, batch: int = 256) -> FlowMLP:
+    """Rectified-flow regression with 10 % label dropout (for CFG)."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    model = FlowMLP(num_classes)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    for _ in range(steps):
+        labels = rng.integers(0, num_classes, batch)
+        x0 = torch.from_numpy(sample_data(toy, labels, rng)[0])
+        lab = torch.from_numpy(np.where(rng.random(batch) < 0.1, num_classes, labels))
+        sigma = torch.rand(batch)
+        eps = torch.randn(batch, DIM)
+        xs = (1 - sigma[:, None]) * x0 + sigma[:, None] * eps
+        loss = ((model(xs, sigma, lab) - (eps - x0)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# GASS pieces
+# ----------------------------------------------------------------------------------------------
+def decompose_on_axis(E: np.ndarray, e_t: np.ndarray):
+    """a_i = <e_i, e_t>, r_i = e_i - a_i e_t (r_i ⟂ e_t)."""
+    a = E @ e_t
+    return a, E - a[:, None] * e_t[None]
+
+
+def orthogonal_candidates(e_t: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n random unit vectors orthogonal to e_t and to each other (QR of [e_t, random])."""
+    m = np.concatenate([e_t[:, None], rng.standard_normal((e_t.size, n))], axis=1)
+    q, _ = np.linalg.qr(m)
+    return q[:, 1:n + 1].T.copy()
+
+
+def select_u_ind(R: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """The candidate with the largest mean |<r_i, b>| (best of the random directions, not PCA)."""
+    return candidates[int(np.argmax(np.abs(R @ candidates.T).mean(axis=0)))]
+
+
+def build_e_target(E, e_t, w1, w2, r1, r2, rng, u_ind=None, num_candidates: int = 10):
+    """GASS targets on the sphere; returns (targets, u_ind). w1 = w2 = 0 returns E exactly."""
+    a, R = decompose_on_axis(E, e_t)
+    if u_ind is None:
+        u_ind = select_u_ind(R, orthogonal_candidates(e_t, num_candidates, rng))
+    n = len(E)
+    u1, u2 = rng.uniform(-r1, r1, n), rng.uniform(-r2, r2, n)
+    if w1 == 0 and w2 == 0:
+        return E.copy(), u_ind
+    a2 = np.clip(a + w1 * u1, -1.0, 1.0)
+    t = a2[:, None] * e_t[None] + R + (w2 * u2)[:, None] * u_ind[None]
+    return t / np.linalg.norm(t, axis=1, keepdims=True), u_ind
+
+
+def optimise_x0_to_target(x0, target, encoder, lr=8e-3, max_steps=60, tol=5e-5, patience=4):
+    """Adam on x̂_0 maximising mean cos(φ(x̂_0), target); returns (x̂_0', steps taken)."""
+    x = x0.detach().clone().requires_grad_(True)
+    tgt = torch.as_tensor(target, dtype=x.dtype)
+    opt = torch.optim.Adam([x], lr=lr)
+    best, stall, steps = -np.inf, 0, 0
+    for _ in range(max_steps):
+        score = (encoder(x) * tgt).sum(-1).mean()
+        opt.zero_grad()
+        (-score).backward()
+        opt.step()
+        steps += 1
+        s = float(score.detach())
+        if s - best < tol:
+            stall += 1
+            if stall >= patience:
+                break
+        else:
+            stall = 0
+        best = max(best, s)
+    return x.detach(), steps
+
+
+def rf_velocity_from_x0(x_t, x0, sigma):
+    """v' = (x_σ - x̂_0') / σ (the rectified-flow velocity that predicts x̂_0')."""
+    return (x_t - x0) / sigma
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    cfg: float = 5.0
+    w1: float = 0.0
+    w2: float = 0.0
+    r: float = 0.02
+    guided: bool = False
+
+
+def sample(model, encoder, e_t, label, n, arm: Arm, rng, steps=20, guided_steps=5, u_ind=None):
+    """CFG Euler sampler; with ``arm.guided`` the GASS hook rewrites v at the first steps."""
+    g = torch.Generator().manual_seed(int(rng.integers(2 ** 31)))
+    x = torch.randn(n, DIM, generator=g)
+    sig = torch.linspace(1.0, 0.0, steps + 1)
+    lab_c = torch.full((n,), label)
+    lab_u = torch.full((n,), model.num_classes)
+    hook_rng = np.random.default_rng(int(rng.integers(2 ** 31)))
+    moved = []
+    for i in range(steps):
+        s = sig[i].expand(n)
+        with torch.no_grad():
+            vc, vu = model(x, s, lab_c), model(x, s, lab_u)
+            v = vu + arm.cfg * (vc - vu)
+        if arm.guided and i < guided_steps:
+            x0 = x - sig[i] * v
+            with torch.no_grad():
+                E = encoder(x0).double().numpy()
+            tgt, u_ind = build_e_target(E, e_t, arm.w1, arm.w2, arm.r, arm.r,
+                                        np.random.default_rng(hook_rng.integers(2 ** 31)), u_ind=u_ind)
+            x0n, _ = optimise_x0_to_target(x0, tgt.astype(np.float32), encoder)
+            moved.append(float((x0n - x0).norm(dim=-1).mean()))
+            v = rf_velocity_from_x0(x, x0n, sig[i])
+        x = x + (sig[i + 1] - sig[i]) * v
+    return x.numpy(), moved
+
+
+# ----------------------------------------------------------------------------------------------
+# metrics
+# ----------------------------------------------------------------------------------------------
+def vendi_score(E: np.ndarray) -> float:
+    """exp(entropy of the eigenvalues of K/n), K the cosine kernel."""
+    En = E / np.linalg.norm(E, axis=1, keepdims=True)
+    lam = np.linalg.eigvalsh(En @ En.T / len(En))
+    lam = lam[lam > 1e-12]
+    return float(np.exp(-(lam * np.log(lam)).sum()))
+
+
+def projection_spread(E: np.ndarray, axis: np.ndarray) -> float:
+    return float(np.std(E @ axis, ddof=1))
+
+
+def density_coverage(real: np.ndarray, fake: np.ndarray, k: int = 5):
+    """Density and coverage of Naeem et al. (2020) with k-NN balls around the real points."""
+    drr = np.linalg.norm(real[:, None] - real[None], axis=-1)
+    radius = np.sort(drr, axis=1)[:, k]  # k-th neighbour (index 0 is the point itself)
+    drf = np.linalg.norm(real[:, None] - fake[None], axis=-1)  # (n_real, n_fake)
+    inside = drf <= radius[:, None]
+    density = float(inside.sum() / (k * fake.shape[0]))
+    coverage = float((drf.min(axis=1) <= radius).mean())
+    return density, coverage
+
+
+# ----------------------------------------------------------------------------------------------
+# experiment
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Config:
+    """Parameters of one run (names match the notebook's parameters cell)."""
+
+    seed: int = 0
+    num_models: int = 3
+    num_classes: int = 2
+    train_steps: int = 1000
+    batch_size: int = 16
+    num_batches: int = 4
+    sampler_steps: int = 20
+    guided_steps: int = 5
+    cfg: float = 5.0
+    low_cfg_grid: tuple = (1.0, 2.0, 3.0)
+    r: float = 0.02
+    real_per_class: int = 500
+
+    def __post_init__(self) -> None:
+        if self.num_models < 2:
+            raise ValueError("num_models must be >= 2 (the unit of the seed-SD)")
+        if self.num_batches < 2 or self.batch_size < 4:
+            raise ValueError("num_batches >= 2 and batch_size >= 4 needed")
+        if not 0 < self.guided_steps <= self.sampler_steps:
+            raise ValueError("0 < guided_steps <= sampler_steps")
+
+
+@dataclass(frozen=True)
+class Result:
+    """Per arm, per model, per batch metrics (arrays of shape (num_models, num_batches*K))."""
+
+    metrics: dict
+    arms: dict = field(default_factory=dict)
+    planes: dict = field(default_factory=dict)
+
+
+def _arms(config: Config) -> list[Arm]:
+    w, r = config.cfg, config.r
+    arms = [Arm("vanilla", w), Arm("gass", w, 1, 1, r, True), Arm("dep_only", w, 1, 0, r, True),
+            Arm("ind_only", w, 0, 1, r, True), Arm("as_released", w, 0, 0, r, True)]
+    arms += [Arm(f"cfg_{c:g}", c) for c in config.low_cfg_grid]
+    return arms
+
+
+def run(config: Config) -> Result:
+    """Train ``num_models`` flows, sample every arm in paired batches, measure."""
+    toy = make_toy(config.num_classes, np.random.default_rng(1000 + config.seed))
+    encoder = Encoder(2000 + config.seed)
+    data_rng = np.random.default_rng(3000 + config.seed)
+    real, e_t, u_fixed = {}, {}, {}
+    for k in range(config.num_classes):
+        x, _, _ = sample_data(toy, np.full(config.real_per_class, k), data_rng)
+        real[k] = x
+        with torch.no_grad():
+            m = encoder(torch.from_numpy(x)).double().numpy().mean(0)
+        e_t[k] = m / np.linalg.norm(m)
+        # u_ind of the metrics: selected once per class from real residuals (fixed axis to measure on)
+        _, R = decompose_on_axis(encoder(torch.from_numpy(x)).detach().double().numpy(), e_t[k])
+        u_fixed[k] = select_u_ind(R, orthogonal_candidates(e_t[k], 10, np.random.default_rng(42 + k)))
+    arms = _arms(config)
+    keys = ("dep", "ind", "vendi", "align", "density", "coverage", "zdep", "zind")
+    out = {a.name: {m: np.zeros((config.num_models, config.num_batches * config.num_classes)) for m in keys}
+           for a in arms}
+    moved = {a.name: [] for a in arms}
+    real_stats = {}
+    planes = {}
+    for j in range(config.num_models):
+        model = train_flow(toy, config.num_classes, config.train_steps, seed=10_000 * (config.seed + 1) + j)
+        for k in range(config.num_classes):
+            for b in range(config.num_batches):
+                col = k * config.num_batches + b
+                seed_b = 7_919 * (config.seed + 1) + 1_009 * j + 101 * k + b
+                for arm in arms:
+                    rng = np.random.default_rng(seed_b)  # same noise for every arm: paired batches
+                    x, mv = sample(model, encoder, e_t[k], k, config.batch_size, arm, rng,
+                                   config.sampler_steps, config.guided_steps, u_ind=u_fixed[k])
+                    moved[arm.name] += mv
+                    with torch.no_grad():
+                        E = encoder(torch.from_numpy(x)).double().numpy()
+                    o = out[arm.name]
+                    o["dep"][j, col] = projection_spread(E, e_t[k])
+                    o["ind"][j, col] = projection_spread(E, u_fixed[k])
+                    o["vendi"][j, col] = vendi_score(E)
+                    o["align"][j, col] = float((E @ e_t[k]).mean())
+                    o["density"][j, col], o["coverage"][j, col] = density_coverage(real[k], x)
+                    o["zdep"][j, col] = float(np.std(x @ toy.classes[k], ddof=1))
+                    o["zind"][j, col] = float(np.std(x @ toy.d_ind, ddof=1))
+                    if j == 0 and k == 0 and b == 0 and arm.name in ("vanilla", "gass"):
+                        planes[arm.name] = np.stack([E @ e_t[k], E @ u_fixed[k]], 1)
+    for k in range(config.num_classes):
+        E = encoder(torch.from_numpy(real[k][: config.batch_size * 8])).detach().double().numpy()
+        real_stats.setdefault("dep", []).append(projection_spread(E, e_t[k]))
+        real_stats.setdefault("align", []).append(float((E @ e_t[k]).mean()))
+    with torch.no_grad():
+        Er = encoder(torch.from_numpy(real[0][:200])).double().numpy()
+    planes["real"] = np.stack([Er @ e_t[0], Er @ u_fixed[0]], 1)
+    metrics = {"real_dep_spread": float(np.mean(real_stats["dep"])),
+               "real_align": float(np.mean(real_stats["align"])),
+               "moved": {a: (float(np.mean(v)) if v else 0.0) for a, v in moved.items()}}
+    return Result(metrics=metrics, arms=out, planes=planes)
