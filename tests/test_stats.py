@@ -445,3 +445,18 @@ def test_spearman_is_pearson_of_ranks_and_its_interval_covers():
         stats.spearman([1, 2, 3, 4], [1, 2, 3, 4], unit="m")
     with pytest.raises(ValueError):
         stats.spearman(np.ones(6), np.arange(6.0), unit="m")
+
+
+def test_mantel_spearman_finds_a_monotone_link_and_is_uniform_under_the_null():
+    x = np.arange(8.0)
+    D = np.abs(x[:, None] - x[None, :])
+    rho, p = stats.mantel_spearman(D, D ** 2, rng=0, permutations=500)
+    assert rho == pytest.approx(1.0) and p < 0.01
+    rng = np.random.default_rng(1)
+    ps = []
+    for _ in range(40):
+        a, b = rng.random(8), rng.random(8)
+        ps.append(stats.mantel_spearman(np.abs(a[:, None] - a), np.abs(b[:, None] - b), rng=rng, permutations=100)[1])
+    assert 0.3 < np.mean(ps) < 0.7                     # roughly uniform under the null
+    with pytest.raises(ValueError):
+        stats.mantel_spearman(np.zeros((3, 2)), np.zeros((3, 2)), rng=0)

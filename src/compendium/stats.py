@@ -18,8 +18,8 @@ import scipy.stats
 
 __all__ = [
     "Estimate", "TostResult", "bootstrap_interval", "clopper_pearson", "cluster_bootstrap", "flip_probability",
-    "holm", "jackknife_se", "loglog_slope", "loglog_slope_by_replicate", "mean_interval", "paired_difference",
-    "sign_test", "spearman", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
+    "holm", "jackknife_se", "loglog_slope", "loglog_slope_by_replicate", "mantel_spearman", "mean_interval",
+    "paired_difference", "sign_test", "spearman", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
 ]
 
 

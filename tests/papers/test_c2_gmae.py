@@ -8,7 +8,7 @@ import scipy.spatial.distance
 import torch
 
 from compendium.papers import c2_gmae as paper
-from compendium.stats import Estimate, mantel_spearman
+from compendium.stats import Estimate
 
 TINY = dict(num_nodes=60, digits_nodes=60, digits_k=4, num_seeds=2, epochs=3, check_graphs=2, check_epochs=3,
             mean_degree=4.0, feature_dim=8, pe_dim=4)
@@ -191,21 +191,6 @@ def test_training_reduces_the_loss_and_is_seeded():
     _, b = paper.train_gmae(gr.x, gr.edge_index, pe, bins, arm, s, 0)
     assert np.array_equal(a, b)
     assert a[-5:].mean() < a[:5].mean()
-
-
-def test_mantel_spearman():
-    x = np.arange(8.0)
-    D = np.abs(x[:, None] - x[None, :])
-    rho, p = mantel_spearman(D, D ** 2, rng=0, permutations=500)
-    assert rho == pytest.approx(1.0) and p < 0.01
-    rng = np.random.default_rng(1)
-    ps = []
-    for _ in range(40):
-        a, b = rng.random(8), rng.random(8)
-        ps.append(mantel_spearman(np.abs(a[:, None] - a), np.abs(b[:, None] - b), rng=rng, permutations=100)[1])
-    assert 0.3 < np.mean(ps) < 0.7                     # roughly uniform under the null
-    with pytest.raises(ValueError):
-        mantel_spearman(np.zeros((3, 2)), np.zeros((3, 2)), rng=0)
 
 
 def test_deciding_level():
