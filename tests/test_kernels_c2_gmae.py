@@ -28,9 +28,11 @@ CASES = [
 ]
 
 SCRIPT = r"""
-import json, sys, torch
+import json, os, sys, torch
 from compendium.kernels.segment_softmax import (csr_from_edge_index, segment_softmax_aggregate_reference,
                                                 segment_softmax_aggregate_triton)
+device = "cuda" if os.environ.get("COMPENDIUM_KERNEL_DEVICE") == "cuda" else "cpu"   # gpu_check.sh: compiled
+on = lambda *xs: [x.to(device) for x in xs]                                          # .to keeps the strides
 out = []
 for n, H, C, p in json.loads(sys.argv[1]):
     gen = torch.Generator().manual_seed(n * 31 + C)
@@ -41,9 +43,9 @@ for n, H, C, p in json.loads(sys.argv[1]):
     e = 4 * torch.randn(E, H, generator=gen)
     v = torch.randn(n, H, C, generator=gen)
     ref = segment_softmax_aggregate_reference(e, rowptr, src, v)
-    ker = segment_softmax_aggregate_triton(e, rowptr, src, v)
+    ker = segment_softmax_aggregate_triton(*on(e, rowptr, src, v)).cpu()
     vt = torch.randn(C, H, n, generator=gen).permute(2, 1, 0)       # non-contiguous values
-    err2 = float((segment_softmax_aggregate_triton(e, rowptr, src, vt) - segment_softmax_aggregate_reference(e, rowptr, src, vt)).abs().max()) if E else 0.0
+    err2 = float((segment_softmax_aggregate_triton(*on(e, rowptr, src, vt)).cpu() - segment_softmax_aggregate_reference(e, rowptr, src, vt)).abs().max()) if E else 0.0
     out.append({"shape_ok": tuple(ker.shape) == (n, H, C), "max_error": float((ker - ref).abs().max()),
                 "max_error_noncontiguous": err2, "edges": E})
 print(json.dumps(out))

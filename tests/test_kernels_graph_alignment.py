@@ -26,8 +26,10 @@ CASES = [
 ]
 
 SCRIPT = r"""
-import json, sys, torch
+import json, os, sys, torch
 from compendium.kernels.gat_aggregation import masked_softmax_aggregate_reference, masked_softmax_aggregate_triton
+device = "cuda" if os.environ.get("COMPENDIUM_KERNEL_DEVICE") == "cuda" else "cpu"   # gpu_check.sh: compiled
+on = lambda *xs: [x.to(device) for x in xs]                                          # .to keeps the strides
 out = []
 for B, n, d, p in json.loads(sys.argv[1]):
     gen = torch.Generator().manual_seed(n * 31 + d)
@@ -35,10 +37,10 @@ for B, n, d, p in json.loads(sys.argv[1]):
     mask = torch.rand(B, n, n, generator=gen) < p
     v = torch.randn(B, n, d, generator=gen)
     ref = masked_softmax_aggregate_reference(e, mask, v)
-    ker = masked_softmax_aggregate_triton(e, mask, v)
+    ker = masked_softmax_aggregate_triton(*on(e, mask, v)).cpu()
     vt = torch.randn(B, d, n, generator=gen).transpose(1, 2)      # non-contiguous values
     ref2 = masked_softmax_aggregate_reference(e, mask, vt)
-    ker2 = masked_softmax_aggregate_triton(e, mask, vt)
+    ker2 = masked_softmax_aggregate_triton(*on(e, mask, vt)).cpu()
     out.append({"shape_ok": tuple(ker.shape) == (B, n, d), "max_error": float((ker - ref).abs().max()),
                 "max_error_noncontiguous": float((ker2 - ref2).abs().max())})
 print(json.dumps(out))
