@@ -271,6 +271,7 @@ class Config:
     real_per_class: int = 500
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "low_cfg_grid", tuple(float(v) for v in self.low_cfg_grid))  # lists from the registry
         if self.num_models < 2:
             raise ValueError("num_models must be >= 2 (the unit of the seed-SD)")
         if self.num_batches < 2 or self.batch_size < 4:
