@@ -13,7 +13,7 @@ from ...runtime import make_rng
 from ...speculative import acceptance_rate, categorical, expected_tokens, modeled_speedup, spec_verify
 from ...stats import Estimate, mean_interval, paired_difference
 from ...validation import require_int, require_number
-from ..speculative_coupled_decoding.markov import pooled_chisquare
+from ...ngram import pooled_chisquare
 from . import online as ol
 from .model import DraftShape, block_target, fit_offline, entropy_term, sample_contexts
 

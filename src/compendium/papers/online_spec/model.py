@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.optimize
 
-from ..speculative_coupled_decoding.markov import NGramModel
+from ...ngram import NGramModel
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ position. In both cases the stored draft distribution becomes ``q_k := p_k`` (th
 negative control). Plain AR sampling is :func:`~.decoding.autoregressive_decode`; every sampler
 counts forward passes (NFE).
 
-Targets: exact n-gram Markov chains (:class:`~.markov.NGramModel`), whose sequence probabilities
+Targets: exact n-gram Markov chains (:class:`compendium.ngram.NGramModel`), whose sequence probabilities
 are known in closed form, and a GPT-2 over sklearn digits (:class:`~.digits_lm.DigitsLM`,
 trained by :func:`~.digits_lm.build_asset`, the workflow asset ``digits_tokens_lm``).
 
@@ -91,7 +91,7 @@ from .experiment import (
     smallest_estimate,
     time_decoders,
 )
-from .markov import (
+from ...ngram import (
     NGramModel,
     all_sequences,
     holm,

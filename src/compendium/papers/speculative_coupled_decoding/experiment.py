@@ -13,7 +13,7 @@ from ...runtime import make_rng
 from ...stats import Estimate, holm, mean_interval, paired_difference
 from ...speculative import categorical, maximal_coupling, total_variation
 from .decoding import NoiseTable, decode, gumbel_agreement, gumbel_coupling
-from .markov import homogeneity_test, pooled_chisquare, random_ngram, sequence_index, sequence_probabilities
+from ...ngram import homogeneity_test, pooled_chisquare, random_ngram, sequence_index, sequence_probabilities
 
 # lossless check: an order-2 chain over 3 tokens, 5 tokens long (243 sequences), window 3
 LOSSLESS_VOCAB, LOSSLESS_ORDER, LOSSLESS_LENGTH, LOSSLESS_WINDOW, LOSSLESS_ALPHA = 3, 2, 5, 3, 1.0

@@ -1,4 +1,9 @@
-"""Exact targets (n-gram Markov chains) and the statistics used to test losslessness."""
+"""Exact targets (n-gram Markov chains) and the statistics used to test losslessness.
+
+Shared by the speculative-decoding chapters (speculative_coupled_decoding, online_spec): an
+exact target makes the distribution of emitted tokens known, so a sampler's losslessness is a
+goodness-of-fit test against it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from ...stats import holm as _stats_holm
+from .stats import holm as _stats_holm
 
 
 @dataclass(frozen=True)
