@@ -116,6 +116,13 @@ def test_repaired_chapter_recovers(built_project):
 
 def test_interrupted_run_resumes(tmp_path):
     root = make_project(tmp_path / "project")
+    # Slow each chapter's experiment cell by 6 s so that the interruption below lands inside the
+    # first notebook however fast the machine is (on a quiet machine both tiny chapters used to
+    # finish within the 2 s wait, and the test had nothing to test).
+    for nb in (root / "notebooks").rglob("demo_*.md"):
+        text = nb.read_text(encoding="utf-8")
+        assert text.count("if explode:\n") == 1
+        nb.write_text(text.replace("if explode:\n", "import time\ntime.sleep(6)\nif explode:\n"), encoding="utf-8")
     cmd = [sys.executable, "-m", "compendium.cli", "build", "--cores", "1"]
     proc = subprocess.Popen(cmd, cwd=root, env=project_env(root), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
