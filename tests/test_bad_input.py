@@ -459,3 +459,24 @@ def test_cli_names_an_invalid_slug(capsys):
     assert "invalid chapter slug '../../etc/passwd'" in capsys.readouterr().err
     assert cli.main(["build", "--dry-run", "--only", "../x"]) == 2
     assert "invalid chapter slug '../x'" in capsys.readouterr().err
+
+
+def test_chapter_runs_share_the_project_but_not_a_chapter(tmp_path):
+    """Two `compendium execute` of different chapters hold the build lock together; a build is
+    refused while they run; a second run of the same chapter is refused; an asset lock waits."""
+    from compendium.cli import Refused, _BuildLock, _NamedLock
+
+    with _BuildLock(tmp_path, shared=True), _BuildLock(tmp_path, shared=True):
+        with pytest.raises(Refused, match="another build or chapter run is running"):
+            with _BuildLock(tmp_path):
+                pass
+        with _NamedLock(tmp_path, "execute-smoke-a", "a run of a"):
+            with pytest.raises(Refused, match="a run of a is already running"):
+                with _NamedLock(tmp_path, "execute-smoke-a", "a run of a"):
+                    pass
+            with _NamedLock(tmp_path, "execute-smoke-b", "a run of b"):
+                pass
+    with _BuildLock(tmp_path):  # all released: a build may start
+        with pytest.raises(Refused, match="another build is running"):
+            with _BuildLock(tmp_path, shared=True):
+                pass

@@ -106,3 +106,16 @@ def test_make_stability_runs_variants_as_jobs_and_renders(project):
     # cached: asking again runs no chapter job
     again = compendium(project, "stability", "--seeds", "2", "--only", "demo_mean", "--dry-run", check=True)
     assert "chapter_variant" not in again.stdout + again.stderr, proc.stdout[-2000:]
+
+
+def test_execute_with_seeds_runs_variants_and_prints_the_flips(project):
+    """`compendium execute SLUG --seeds K`: the chapter, then K further seeds into the variant
+    folders `stability` uses, and one agreement line per row."""
+    proc = compendium(project, "execute", "demo_mean", "--seeds", "1", check=True, timeout=600)
+    out = project / "results" / "smoke" / "demo_mean"
+    assert json.loads((out / "claims.json").read_text())["seed"] == 0
+    assert json.loads((out / "variants" / "seed-1" / "claims.json").read_text())["seed"] == 1
+    rows = json.loads((out / "claims.json").read_text())["claims"]
+    lines = [line for line in proc.stdout.splitlines() if " agree " in line]
+    assert len(lines) == len([c for c in rows if not c.get("volatile")]) and all("/1 agree" in x for x in lines)
+    assert "rows flip at some seed" in proc.stdout

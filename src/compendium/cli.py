@@ -194,21 +194,54 @@ class _BuildLock:
 
     Snakemake's own lock files survive a killed run and then block the next one until
     ``--unlock``; an ``flock`` cannot go stale, so builds run with ``--nolock`` under it.
+    ``shared=True`` is what ``compendium execute`` takes: any number of single-chapter runs may
+    hold it together (each also holds its chapter's own lock), while a build, which holds it
+    exclusively, excludes them all.
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, shared: bool = False):
         self.path = root / ".snakemake" / "compendium-build.lock"
+        self.shared = shared
 
     def __enter__(self):
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = self.path.open("w")
+        self.fh = self.path.open("a")
         try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.fh, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             self.fh.close()
-            raise Refused(f"another build is running in {self.path.parents[1]} (lock {self.path})") from None
+            what = "another build is running" if self.shared else "another build or chapter run is running"
+            raise Refused(f"{what} in {self.path.parents[1]} (lock {self.path})") from None
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
+class _NamedLock:
+    """An exclusive ``flock`` on ``.snakemake/compendium-<name>.lock``.
+
+    ``wait=False`` refuses at once when another process holds it (two runs of one chapter);
+    ``wait=True`` blocks until it is free (two chapter runs that need the same missing asset:
+    the second waits for the first to build it, then finds it built).
+    """
+
+    def __init__(self, root: Path, name: str, what: str, wait: bool = False):
+        self.path = root / ".snakemake" / f"compendium-{name}.lock"
+        self.what, self.wait = what, wait
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = self.path.open("a")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            self.fh.close()
+            raise Refused(f"{self.what} is already running in {self.path.parents[1]} (lock {self.path})") from None
         return self
 
     def __exit__(self, *exc):
@@ -339,47 +372,80 @@ def cmd_stability(args) -> int:
 
 
 def cmd_execute(args) -> int:
-    """Execute one chapter notebook directly (no Snakemake, no book): for writing a chapter."""
+    """Execute one chapter notebook directly (no Snakemake, no book): for writing a chapter.
+
+    Runs of different chapters may go on at the same time; a second run of the same chapter, or
+    a run while ``compendium build`` holds the project, is refused. ``--seeds K`` then reruns the
+    chapter at its seed + 1 .. seed + K into ``results/<scale>/<slug>/variants/seed-<n>/`` (where
+    ``compendium stability`` keeps them) and prints, per row, how many seeds agree with the
+    chapter's own verdict.
+    """
     from .execute import ChapterFailed, execute_chapter
+    from . import stability
 
     args.only = [args.slug]
     plan = _plan(args)
     entry = plan.registry.chapter(args.slug)
     check_configs(plan, [args.slug])
+    seeds = getattr(args, "seeds", 0) or 0
+    variants = stability.seed_variants(args.slug, plan.params[args.slug]["seed"], seeds)
     check_free_space()
     outputs = plan.chapter_outputs(args.slug)
-    with _BuildLock(paths.ROOT):  # the same lock as `build`: never two writers of one chapter's outputs
+    runs = [(plan.params[args.slug], outputs)]
+    runs += [(stability.variant_params(plan, args.slug, v.name),
+              stability.variant_outputs(plan.scale, args.slug, v.name)) for v in variants]
+    # the build lock, shared: never a build and a chapter run writing the same outputs at once
+    with _BuildLock(paths.ROOT, shared=True), \
+            _NamedLock(paths.ROOT, f"execute-{plan.scale}-{args.slug}", f"a run of {args.slug} ({plan.scale})"):
         for name in entry.assets:
             _ensure_asset(plan, name)
-        try:
-            data = execute_chapter(
-                slug=args.slug, scale=plan.scale, notebook=entry.notebook, parameters=plan.params[args.slug],
-                output_notebook=paths.ROOT / outputs["notebook"], claims=paths.ROOT / outputs["claims"],
-                params_file=paths.ROOT / outputs["params"],
-                figures=paths.ROOT / plan.out(args.slug, "figures"), timeout_s=plan.timeout_s(),
-                threads=entry.threads, assets=list(entry.assets),
-            )
-        except ChapterFailed as err:
-            print(f"compendium: {err}", file=sys.stderr)
-            return 1
-    for claim in data["claims"]:
-        print(f"  {claim['verdict']:>13}  {claim['id']}: measured {claim['measured']} (criterion {claim['criterion']})")
-    print(f"executed notebook: {paths.ROOT / outputs['notebook']}")
+        for i, (params, out) in enumerate(runs):
+            if i:
+                print(f"seed {params['seed']} ({i} of {len(variants)}) ...", flush=True)
+            try:
+                data = execute_chapter(
+                    slug=args.slug, scale=plan.scale, notebook=entry.notebook, parameters=params,
+                    output_notebook=paths.ROOT / out["notebook"], claims=paths.ROOT / out["claims"],
+                    params_file=paths.ROOT / out["params"],
+                    figures=paths.ROOT / Path(out["claims"]).parent / "figures", timeout_s=plan.timeout_s(),
+                    threads=entry.threads, assets=list(entry.assets),
+                )
+            except ChapterFailed as err:
+                print(f"compendium: {err}", file=sys.stderr)
+                return 1
+            if i == 0:
+                for claim in data["claims"]:
+                    print(f"  {claim['verdict']:>13}  {claim['id']}: measured {claim['measured']} "
+                          f"(criterion {claim['criterion']})")
+                print(f"executed notebook: {paths.ROOT / outputs['notebook']}", flush=True)
+    if variants:
+        record = stability.aggregate(plan, variants)["chapters"][args.slug]
+        seen = ", ".join(str(s) for s in record["seeds"])
+        print(f"seed sweep of {args.slug} ({plan.scale}), seeds {plan.params[args.slug]['seed']} (recorded) and {seen}:")
+        flipped = 0
+        for cid, row in record["claims"].items():
+            flips = {s: v for s, v in row["verdicts"].items() if v != row["recorded"]}
+            flipped += bool(flips)
+            other = "" if not flips else "  flips: " + ", ".join(f"seed {s} {v}" for s, v in flips.items())
+            print(f"  {row['agree']}/{row['total']} agree  {row['role']:>14}  {row['recorded']:>13}  {cid}{other}")
+        print(f"{flipped} of {len(record['claims'])} rows flip at some seed")
     return 0
 
 
 def _ensure_asset(plan: Plan, name: str, force: bool = False) -> Path:
     from .assets import AssetMissing, asset_dir, build_asset
 
-    try:
-        if not force:
-            return asset_dir(name, plan.scale)
-    except AssetMissing:
-        pass
-    spec = plan.registry.assets[name]
-    print(f"building asset {name!r} ({plan.scale}) ...", flush=True)
-    return build_asset(name, spec["builder"], paths.ROOT / "results" / plan.scale / "assets" / name,
-                       plan.scale, spec.get("seed", 0))
+    # one builder of an asset at a time: a second chapter run that needs it waits, then finds it
+    with _NamedLock(paths.ROOT, f"asset-{plan.scale}-{name}", f"a build of asset {name!r}", wait=True):
+        try:
+            if not force:
+                return asset_dir(name, plan.scale)
+        except AssetMissing:
+            pass
+        spec = plan.registry.assets[name]
+        print(f"building asset {name!r} ({plan.scale}) ...", flush=True)
+        return build_asset(name, spec["builder"], paths.ROOT / "results" / plan.scale / "assets" / name,
+                           plan.scale, spec.get("seed", 0))
 
 
 def _default_slug(args) -> str | None:
@@ -490,6 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("execute", help="execute one chapter notebook now, without Snakemake or the book")
     common(p)
     p.add_argument("slug")
+    p.add_argument("--seeds", type=int, default=0, metavar="K",
+                   help="then rerun it at K further seeds (variants, as `stability` keeps them) and print the flips")
     p.set_defaults(func=cmd_execute)
 
     p = sub.add_parser("asset", help="build one shared asset now (e.g. train a tiny model)")
