@@ -32,3 +32,13 @@ def test_gpu_check_is_executable_and_documents_its_steps():
     assert os.access(SCRIPT, os.X_OK)
     for needle in ("COMPENDIUM_KERNEL_DEVICE=cuda", "benchmarks/async_spade_kernels.py", "device=cuda", "--dry-run"):
         assert needle in text
+
+
+def test_median_time_warms_up_then_takes_the_median():
+    from compendium.kernels.bench import median_time
+
+    calls = []
+    assert median_time(lambda: calls.append(1), reps=5, cuda=False) >= 0.0
+    assert len(calls) == 6  # one untimed warm-up, then the timed calls
+    with pytest.raises(ValueError, match="reps"):
+        median_time(lambda: None, reps=0, cuda=False)

@@ -27,6 +27,9 @@ spec_verify
     Batched speculative verification (accept prefix, residual draw by the exponential race), one
     program per sequence; equal token for token to ``compendium.speculative.spec_verify``. Used
     by the OnlineSPEC chapter.
+bench
+    ``median_time``: the timing every ``benchmarks/*_kernels.py`` script uses (warm-up, CUDA
+    synchronisation, median).
 """
 
 
