@@ -139,6 +139,10 @@ def _call_loader(spec: str):
 
 
 def _installed_version(package: str) -> str | None:
+    if package == "python":  # the standard library has no distribution metadata; it ships with the interpreter
+        import platform
+
+        return platform.python_version()
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
