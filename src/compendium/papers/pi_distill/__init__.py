@@ -1,0 +1,85 @@
+r"""π-Distill: a teacher that reads privileged information and its student, in one network.
+
+Paper card
+----------
+ICML 2026, seed file ``000_f69ae4f9f6fb29da.txt``, abstract 16 (π-Distill, privileged-information
+distillation; arXiv 2602.04942). The authors' repository holds only a README, so **the loss below is
+our reconstruction** from the abstract and public summaries, not the paper's code.
+
+Equations implemented
+---------------------
+One policy :math:`\pi_\theta` reads [map | PI slot | history]; the teacher
+:math:`\pi_T = \pi_\theta(\cdot \mid x, I)` sees the privileged information :math:`I` (an action
+trace), the student :math:`\pi_S = \pi_\theta(\cdot \mid x)` the same slot filled with ``NOPI``.
+Rewards are success (0/1); advantages are GRPO's group-normalised ones (shared
+``compendium.rl.group_advantages``, a group = G rollouts of one maze). On teacher rollouts
+
+.. math:: \mathcal L = \alpha\big[\mathcal L_{GRPO}(\pi_T) + \beta\,\overline{KL}(\pi_T \,\|\, \mathrm{sg}\,\pi_S)\big]
+          + (1-\alpha)\big[-\overline{\min(\pi_S/\pi_T, c)\,R\,\log\pi_S}\big],
+
+with :math:`\mathcal L_{GRPO}` the shared ``compendium.rl.grpo_loss`` (one update per batch, so the
+ratio is 1), the KL exact over the five actions and averaged over the turns of an episode, and the
+importance weight clipped at :math:`c = 5` and detached; the student term is weighted by the
+episode's reward :math:`R` (success), as in the research card's form, not by the advantage, which is
+0 on every maze the teacher always solves. OPSD on student rollouts:
+:math:`\mathcal L_{GRPO}(\pi_S) + \beta\,\overline{KL}(\pi_S \,\|\, \mathrm{sg}\,\pi_T)`.
+
+Modules: ``maze`` (environment, BFS expert, PI of four kinds), ``policy`` (the transformer with a
+model axis and a KV cache), ``losses`` (the objective's terms), ``training`` (rollouts, every
+method as a recipe, the lock-step trainer, evaluation, the asset), ``experiment`` (Config, run,
+the grid selection on validation mazes, the ledger's statistics and implementation checks).
+
+What is ours and what is a library's
+-----------------------------------
+GRPO advantages and loss: the library's ``compendium.rl.grpo`` (its tests compare it with the
+formulas; ``trl`` is not installed here, so the trl comparison is not run). Training loop:
+``compendium.training.fit``; intervals: ``compendium.stats``; shortest-path reference:
+``networkx``. Ours: the maze, the PI, the policy, the π-Distill/OPSD terms and the baselines.
+
+Small-scale deviations
+----------------------
+- Width 48 and 2 layers at full scale (the issue: d = 96, 3 layers), 32 and 2 at smoke: about 190
+  policies must train within the CPU budget. Smoke uses 4 x 4 mazes, horizon 8 and three PI kinds
+  (full, noisy, random); full the issue's 6 x 6 mazes, horizon 14 and all four kinds.
+- A few thousand episodes per policy (the card's full scale suggests 60k).
+- "Sequential" is one shared network trained first as a teacher (GRPO with PI) and then, for the
+  second half, by the student's off-policy term on its own teacher rollouts; "SFT w/ CoT + RL" is
+  BC on the clean expert trace plus a BFS-distance head on the map tokens, then GRPO.
+- Success is measured greedily (argmax actions) on held-out mazes.
+"""
+
+from .experiment import (
+    Config,
+    Result,
+    bfs_expert_gap,
+    degeneracy_gaps,
+    kl_checks,
+    kv_cache_gap,
+    measurements,
+    run,
+    seed_values,
+    select_grid_point,
+    shared_parameter_check,
+)
+from .losses import action_kl, opsd_loss, pi_distill_loss, student_offpolicy_loss, teacher_loss
+from .maze import PI_KINDS, Mazes, bfs_distance, generate_mazes, make_pi
+from .policy import PISlotPolicy
+from .training import (
+    ASSET_NAME,
+    METHODS,
+    Recipe,
+    build_asset,
+    load_policies,
+    recipes_for,
+    rollout,
+    settings_for,
+    train_chunk,
+)
+
+__all__ = [
+    "ASSET_NAME", "METHODS", "PI_KINDS", "Config", "Mazes", "PISlotPolicy", "Recipe", "Result",
+    "action_kl", "bfs_distance", "bfs_expert_gap", "build_asset", "degeneracy_gaps", "generate_mazes",
+    "kl_checks", "kv_cache_gap", "load_policies", "make_pi", "measurements", "opsd_loss",
+    "pi_distill_loss", "recipes_for", "rollout", "run", "seed_values", "select_grid_point",
+    "settings_for", "shared_parameter_check", "student_offpolicy_loss", "teacher_loss", "train_chunk",
+]
