@@ -18,7 +18,7 @@ class Config:
 
     seed: int = 0
     repositories: tuple = ("email",)
-    issue_pairs: int = 100
+    issue_pairs: int = 300
     num_diffs: int = 4
     changed_fractions: tuple = (0.01, 0.02, 0.05, 0.1)
     branching: int = 3
@@ -194,11 +194,13 @@ def measurements(result: Result) -> dict:
     hits = {n: retrieval.acc_at_k(r["ranks"], k) for n, r in result.retrieval.items()}
     best = max(retrieval.BASELINES, key=lambda n: hits[n][caller].mean())  # first of the tied best
 
-    def paired(a, b, mask, unit):
-        return stats.paired_difference(hits[a][mask], hits[b][mask], unit=unit, method="bootstrap",
+    gold = np.array([i["repo"] + ":" + i["gold"][0] for i in result.test_issues])
+
+    def paired(a, b, mask, unit):  # issues sharing a gold function are one cluster
+        return stats.cluster_bootstrap(hits[a][mask] - hits[b][mask], clusters=gold[mask], unit=unit,
                                        rng=np.random.default_rng(c.seed), resamples=c.bootstrap_resamples)
 
-    caller_unit, direct_unit = "caller-split test issues", "direct-split test issues"
+    caller_unit, direct_unit = "gold functions (caller split)", "gold functions (direct split)"
     d = result.diffs
     ratio = np.array([x["incremental_calls"] / x["full_calls"] for x in d])
     changed = np.array([x["changed_fraction"] for x in d])
@@ -211,9 +213,11 @@ def measurements(result: Result) -> dict:
         "shuffled_vs_best": paired("RPG shuffled calls", best, caller, caller_unit),
         "minus_features": paired("RPG", "RPG -features", caller, caller_unit),
         "minus_deps": paired("RPG", "RPG -deps", caller, caller_unit),
-        "headroom": stats.clopper_pearson(int(hits[best][caller].sum()), int(caller.sum()), unit=caller_unit),
+        "headroom": stats.cluster_bootstrap(hits[best][caller], clusters=gold[caller], unit=caller_unit,
+                                         rng=np.random.default_rng(c.seed), resamples=c.bootstrap_resamples),
         "rpg_caller": float(hits["RPG"][caller].mean()), "best_caller": float(hits[best][caller].mean()),
         "n_caller": int(caller.sum()), "n_direct": int(direct.sum()),
+        "n_gold_caller": int(np.unique(gold[caller]).size),
         "equal_fraction": float(np.mean([x["equal"] for x in d])),
         "stale_equal_fraction": float(np.mean([x["stale_equal"] for x in d])),
         "empty_nodes": int(sum(x["empty_nodes"] for x in d)),
