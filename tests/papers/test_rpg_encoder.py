@@ -60,6 +60,14 @@ def test_dependency_edges_imports_alias_reexport_inheritance(mini):
     assert not any(d == "pkg/util.py::unused" for _, d, _ in e)
 
 
+def test_fuzzy_rule_resolves_unique_methods_but_not_builtin_names():
+    repo = {"m.py": ("class Header:\n    def append(self, x):\n        return x\n\n    def encode_all(self):\n        return 1\n\n\n"
+                     "def f(items, h):\n    items.append(1)\n    return h.encode_all()\n")}
+    edges = graph.resolve_edges({p: graph.parse_file(p, s) for p, s in repo.items()})
+    assert ("m.py::f", "m.py::Header.encode_all", "call") in edges
+    assert ("m.py::f", "m.py::Header.append", "call") not in edges
+
+
 def test_unit_checks_hand_made():
     checks = paper.unit_checks()
     assert checks["lca"] and checks["alias"] and checks["inheritance"]

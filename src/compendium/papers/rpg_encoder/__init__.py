@@ -17,7 +17,7 @@ What is implemented
 - :math:`E_{dep}` from ``ast``: imports with alias propagation (``import a.b as c; c.f()``,
   re-exports through a module's own imports), inheritance, and calls resolved exactly (bare
   names, ``self.m`` along the inheritance chain, dotted aliases) or fuzzily (``var.m`` when one
-  method in the repository has that name).
+  method in the repository has that name and no built-in type has a method of that name).
 - A deterministic lifter in place of the LLM (``graph.Lifter``): name as a verb-object phrase,
   the first docstring sentence's content words, ``take <arg>``, ``call <callee>``; file
   summaries from the units' features. Its ``calls`` counter is the cost the paper measures.

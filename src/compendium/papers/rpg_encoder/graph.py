@@ -214,6 +214,11 @@ def parse_file(path: str, source: str) -> ParsedFile:
 # Dependency resolution
 # ------------------------------------------------------------------------------------------------
 
+#: Method names of built-in types: ``x.append()`` is far more often a list's than the one
+#: repository method of that name, so the fuzzy rule never resolves them.
+BUILTIN_METHODS = frozenset(name for t in (object, list, dict, set, frozenset, str, bytes, bytearray, tuple, int, float)
+                            for name in dir(t))
+
 class SymbolTable:
     """Qualified names of a repository and the resolution rules used for every edge."""
 
@@ -282,7 +287,8 @@ class SymbolTable:
             return local
         if head in self.alias[p.module]:
             return self.resolve_dotted(".".join([self.alias[p.module][head], *rest]))
-        if len(rest) == 1 and len(self.methods.get(rest[0], [])) == 1:  # var.method, unique name
+        if (len(rest) == 1 and rest[0] not in BUILTIN_METHODS
+                and len(self.methods.get(rest[0], [])) == 1):  # var.method: the one method of that name
             return self.methods[rest[0]][0]
         return None
 
