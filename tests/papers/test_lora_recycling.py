@@ -1,0 +1,204 @@
+"""Tests for compendium.papers.lora_recycling: shapes, merging properties, peft references, tiny run."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from compendium.papers import lora_recycling as paper
+from compendium.papers.lora_recycling.pool import AssetSettings, make_pool
+
+TINY_POOL = AssetSettings(pretrain_steps=40, pool_size=12, pool_examples=64, pool_steps=20, eval_examples=200)
+TINY = dict(num_targets=2, candidates_per_regime=2, num_seeds=2, num_selected=3, train_examples=16, dev_examples=8,
+            test_examples=200, check_examples=100, merge_steps=5, lora_steps=6, learning_rate_factors=(1.0, 10.0))
+
+
+@pytest.fixture(scope="module")
+def tiny_asset():
+    asset, meta, metrics = make_pool(TINY_POOL, 0)
+    return asset
+
+
+def _lora(out=5, inp=4, r=3, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(r, inp, generator=g, dtype=dtype), torch.randn(out, r, generator=g, dtype=dtype)
+
+
+# ---------------------------------------------------------------- shapes
+def test_shapes_and_broadcasting():
+    base = paper.BaseMLP(6, 8)
+    W = paper.base_weights(base)
+    x = torch.randn(3, 5, 6)
+    assert paper.mlp_forward(W, x).shape == (3, 5)
+    deltas = {m: torch.zeros(3, 2, *W[m][0].shape) for m in paper.MODULES}
+    assert paper.mlp_forward(W, x[:, None], deltas).shape == (3, 2, 5)
+    A, B = torch.randn(4, 2, 3, 6), torch.randn(4, 2, 8, 3)
+    assert paper.merge_components(A, B, torch.ones(4, 2)).shape == (4, 2, 8, 6)
+    assert paper.merge_components(A, B, torch.ones(4, 2), "rank").shape == (4, 6, 8, 6)
+    with torch.no_grad():
+        assert torch.allclose(paper.mlp_forward(W, x[0]), base(x[0]), atol=1e-6)
+
+
+def test_bad_input_raises():
+    with pytest.raises(ValueError):
+        paper.Config(num_targets=1)
+    with pytest.raises(ValueError):
+        paper.Config(matched_rank=8, lora_rank=4)
+    with pytest.raises(ValueError):
+        paper.Config(learning_rate_factors=(1.0, -1.0))
+    with pytest.raises(ValueError):
+        paper.activate(torch.zeros(2), "tanh")
+    with pytest.raises(ValueError):
+        paper.merge_components(torch.zeros(1, 2, 3), torch.zeros(1, 3, 2), torch.ones(1), "layer")
+
+
+# ---------------------------------------------------------------- mathematical properties
+def test_rank_pieces_sum_to_the_module_delta():
+    A, B = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(2, 5, 3, dtype=torch.float64)
+    s = torch.tensor([0.5, 2.0], dtype=torch.float64)
+    pieces = paper.merge_components(A, B, s, "rank").reshape(2, 3, 5, 4).sum(1)
+    assert torch.allclose(pieces, paper.merge_components(A, B, s, "module"))
+
+
+def test_zero_coefficients_are_the_base_and_leaky_gradient():
+    base = paper.BaseMLP(6, 8)
+    W = paper.base_weights(base)
+    D = {m: torch.randn(1, 4, *W[m][0].shape) for m in paper.MODULES}
+    x = torch.randn(1, 7, 6)
+    zero = {m: paper.merged_delta(torch.zeros(1, 1, 4), D[m], "leaky_relu")[:, 0] for m in paper.MODULES}
+    assert torch.equal(paper.mlp_forward(W, x, zero), paper.mlp_forward(W, x))
+    c = torch.zeros(4, requires_grad=True)
+    paper.activate(c, "leaky_relu").sum().backward()
+    assert torch.allclose(c.grad, torch.full((4,), 0.01))
+    assert torch.allclose(paper.activate(torch.tensor([[1.0, 1.0]]), "softmax"), torch.tensor([[0.5, 0.5]]))
+
+
+def test_trace_identity_symbolic_and_numeric():
+    assert paper.trace_identity_gap() == 0
+    A1, B1 = _lora(seed=1)
+    A2, B2 = _lora(r=2, seed=2)
+    dense = paper.dense_cosine(B1 @ A1, B2 @ A2)
+    assert abs(paper.lora_cosine(A1, B1, A2, B2) - dense) < 1e-12
+    assert abs(paper.lora_cosine(A1, B1, A1, B1) - 1.0) < 1e-12
+    # the scalings cancel in a cosine
+    assert abs(paper.lora_cosine(3 * A1, B1, A2, B2) - dense) < 1e-12
+
+
+def test_ties_hand_example_and_peft_reference():
+    from peft.utils.merge_utils import ties as peft_ties
+
+    T, expected = paper.ties_hand_example()
+    assert torch.equal(paper.ties_merge(T, 0.4), expected)
+    assert torch.allclose(peft_ties(list(T), torch.ones(3, dtype=T.dtype), 0.4), expected)
+    g = torch.Generator().manual_seed(3)
+    R = torch.randn(5, 6, 7, generator=g, dtype=torch.float64)
+    w = torch.rand(5, generator=g, dtype=torch.float64)
+    assert torch.allclose(paper.ties_merge(R, 0.3, w), peft_ties(list(R), w, 0.3))
+    assert torch.allclose(paper.ties_merge(R, 1.0), paper.ties_merge(R, 1.0))   # density 1 keeps all
+    same = torch.ones(3, 2, 2)
+    assert torch.equal(paper.ties_merge(same, 1.0), torch.ones(2, 2))          # agreeing tensors: their mean
+    assert torch.equal(paper.average_merge(R), R.mean(0))
+
+
+def test_random_like_lora_is_std_matched_and_keeps_padding():
+    g = torch.Generator().manual_seed(4)
+    A = torch.zeros(2, 8, 300)
+    B = torch.zeros(2, 200, 8)
+    A[0, :2], B[0, :, :2] = torch.randn(2, 300, generator=g) * 0.3, torch.randn(200, 2, generator=g) * 0.05
+    A[1, :8], B[1] = torch.randn(8, 300, generator=g) * 2.0, torch.randn(200, 8, generator=g) * 0.5
+    Ar, Br = paper.random_like_lora(A, B, torch.tensor([2, 8]), g)
+    assert (Ar[0, 2:] == 0).all() and (Br[0, :, 2:] == 0).all()
+    for got, want in ((Ar[0, :2].std(), 0.3), (Br[0, :, :2].std(), 0.05), (Ar[1].std(), 2.0), (Br[1].std(), 0.5)):
+        assert abs(float(got) / want - 1) < 0.08
+
+
+def test_stacked_random_loras_are_independent():
+    g = torch.Generator().manual_seed(5)
+    A, B = torch.randn(6, 2, 10, generator=g, dtype=torch.float64), torch.randn(6, 9, 2, generator=g, dtype=torch.float64)
+    Ar, Br = paper.random_like_lora(A, B, torch.full((6,), 2), g)
+    assert torch.linalg.matrix_rank(paper.lora_delta(Ar, Br, torch.ones(6, dtype=torch.float64)).reshape(6, -1)) == 6
+
+
+# ---------------------------------------------------------------- peft references
+def test_peft_forward_merges_and_init():
+    torch.manual_seed(0)
+    base = paper.BaseMLP(6, 8).eval()
+    W = paper.base_weights(base)
+    names = ["p0", "p1", "p2"]
+    model = paper.peft_pool(base, [2, 4, 1], [4.0, 8.0, 2.0], names)
+    A0, B0, scales = paper.pool_tensors(model, names, 4)
+    assert all((B0[m] == 0).all() for m in paper.MODULES)
+    assert float(A0["fc2"][1].abs().max()) <= 1 / math.sqrt(8) + 1e-7              # peft's Kaiming-uniform bound
+    assert np.allclose(scales, [2.0, 2.0, 2.0])
+    g = torch.Generator().manual_seed(6)
+    A = {m: A0[m] + 0.3 * torch.randn(A0[m].shape, generator=g) * (A0[m] != 0) for m in paper.MODULES}
+    B = {m: torch.randn(B0[m].shape, generator=g) * (torch.arange(4) < torch.tensor([2, 4, 1])[:, None])[:, None, :]
+         for m in paper.MODULES}
+    paper.load_pool_tensors(model, names, A, B)
+    D = {m: paper.lora_delta(A[m], B[m], torch.as_tensor(scales, dtype=torch.float32)) for m in paper.MODULES}
+    x = torch.randn(10, 6, generator=g)
+    for i, n in enumerate(names):
+        ours = paper.mlp_forward(W, x, {m: D[m][i] for m in paper.MODULES})
+        assert torch.allclose(paper.peft_forward(model, n, x), ours, atol=1e-5)
+    w = [0.5, -1.5, 2.0]
+    cat = paper.peft_merge_delta(model, names, w, "cat")
+    for m in paper.MODULES:
+        ours = paper.merged_delta(torch.tensor([w]), D[m], "linear")[0]
+        assert torch.allclose(cat[m], ours, atol=1e-5)
+    ties = paper.peft_merge_delta(model, names, [1.0] * 3, "ties_svd", density=0.4)
+    for m in paper.MODULES:
+        assert torch.allclose(ties[m], paper.ties_merge(D[m], 0.4), atol=1e-5)
+    assert "_merged" not in model.peft_config
+
+
+def test_batched_training_equals_separate_training():
+    base = paper.BaseMLP(6, 8)
+    W = paper.base_weights(base)
+    g = torch.Generator().manual_seed(7)
+    D = {m: torch.randn(2, 3, *W[m][0].shape, generator=g) * 0.1 for m in paper.MODULES}
+    x, y = torch.randn(2, 12, 6, generator=g), (torch.rand(2, 12, generator=g) > 0.5).float()
+    c_both, _ = paper.train_merge(W, D, "leaky_relu", 0.0, x, y, [0.05, 0.5], 8)
+    for p in range(2):
+        c_one, _ = paper.train_merge(W, {m: D[m][p:p + 1] for m in paper.MODULES}, "leaky_relu", 0.0, x[p:p + 1],
+                                     y[p:p + 1], [0.05, 0.5], 8)
+        assert torch.allclose(c_both[p], c_one[0], atol=1e-6)
+    assert not torch.allclose(c_both[:, 0], c_both[:, 1])
+
+
+def test_dev_choice_prefers_accuracy_then_loss():
+    acc = torch.tensor([[0.5, 0.9, 0.9], [0.7, 0.7, 0.6]])
+    loss = torch.tensor([[0.1, 0.5, 0.4], [0.3, 0.2, 0.1]])
+    assert paper.dev_choice(acc, loss).tolist() == [2, 1]
+
+
+# ---------------------------------------------------------------- tiny run
+def test_tiny_run(tiny_asset):
+    res = paper.run(paper.Config(**TINY), tiny_asset)
+    T = 3 * TINY["candidates_per_regime"]
+    assert set(res.accuracy) == set(paper.ARMS)
+    assert all(v.shape == (T,) and ((0 <= v) & (v <= 1)).all() for v in res.accuracy.values())
+    g = res.gaps
+    assert g["zero_coefficients"] == 0.0 and g["peft_forward"] < 1e-10 and g["peft_cat_forward"] < 1e-10
+    assert g["peft_average"] < 1e-5 and g["peft_ties"] < 1e-5 and g["trace_cosine"] < 1e-10
+    assert g["random_stack_rank"] == g["random_stack_size"] == TINY["num_selected"]
+    assert (res.near_duplicate[res.regime == "R3"] >= 0).all() and (res.near_duplicate[res.regime != "R3"] == -1).all()
+    assert res.kept.sum() <= 3 * TINY["num_targets"]
+    res.kept[:] = True                                    # the statistics on every candidate
+    m = paper.measurements(res)
+    assert m["headline"].estimate.n == 2 * TINY["candidates_per_regime"]
+    assert 0 <= m["beats_base"].low <= m["beats_base"].high <= 1
+
+
+def test_targets_follow_the_regimes(tiny_asset):
+    from compendium.papers.lora_recycling.experiment import _targets
+
+    cfg = paper.Config(**TINY)
+    U, regime, masks, dup = _targets(cfg, tiny_asset, np.random.default_rng(0))
+    T = tiny_asset["teachers"]
+    assert np.allclose(np.linalg.norm(U, axis=1), 1)
+    r1 = regime == "R1"
+    assert np.abs(U[r1] @ T[masks[r1][0]].T).max() < 1e-10                        # orthogonal to every H_a task
+    r3 = np.flatnonzero(regime == "R3")
+    assert np.allclose([U[t] @ T[dup[t]] for t in r3], cfg.near_duplicate_cosine)
+    assert all(tiny_asset["kind"][dup[t]] != "undertrained" for t in r3)
