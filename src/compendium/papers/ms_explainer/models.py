@@ -1,0 +1,144 @@
+"""The explained GNN (torch_geometric ``GCNConv``), its training and the trained-models asset."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from compendium.training import TrainSpec, fit, seeded_init
+
+from .data import DATASETS, MAX_DEGREE, make_dataset
+
+__all__ = ["GCN", "ASSET_NAME", "AssetSettings", "settings_for", "split", "batch_of", "train_gcn",
+           "accuracy", "build_asset", "load_asset"]
+
+ASSET_NAME = "ms_explainer_gcns"
+
+
+class GCN(nn.Module):
+    """Three ``GCNConv`` layers with ReLU, max pooling, a linear head, on one-hot degree features.
+
+    ``represent`` gives the graph representation ``h(G)`` (pooled last layer); ``forward`` the
+    class logits. Masks are applied by torch_geometric's explain mode (``set_masks``), which
+    multiplies every message by its edge's mask value: a mask of ones is the unmasked model.
+    """
+
+    def __init__(self, num_classes: int, hidden: int = 32, num_layers: int = 3, in_dim: int = MAX_DEGREE + 1):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.convs = nn.ModuleList(GCNConv(in_dim if i == 0 else hidden, hidden) for i in range(num_layers))
+        self.head = nn.Linear(hidden, num_classes)
+
+    def represent(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+        """``h(G)``: ``(B, hidden)`` max-pooled node states after the last layer."""
+        from torch_geometric.nn import global_max_pool
+
+        for conv in self.convs:
+            x = torch.relu(conv(x, edge_index))
+        return global_max_pool(x, batch)
+
+    def forward(self, x, edge_index, batch=None) -> torch.Tensor:
+        return self.head(self.represent(x, edge_index, batch))
+
+
+def batch_of(graphs: list):
+    """A torch_geometric ``Batch`` (disjoint union) of ``graphs``."""
+    from torch_geometric.data import Batch
+
+    return Batch.from_data_list(graphs)
+
+
+@dataclass(frozen=True)
+class AssetSettings:
+    num_graphs: int
+    num_models: int
+    steps: int
+    hidden: int = 32
+    learning_rate: float = 0.01
+    train_fraction: float = 0.5
+    dev_fraction: float = 0.2
+    datasets: tuple = DATASETS
+
+
+def settings_for(scale: str) -> AssetSettings:
+    if scale == "smoke":
+        return AssetSettings(num_graphs=120, num_models=3, steps=200)
+    if scale == "full":
+        return AssetSettings(num_graphs=240, num_models=3, steps=200)
+    raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
+
+
+def split(n: int, settings: AssetSettings) -> dict:
+    """Index ranges of the train / dev / test graphs (the dataset is already shuffled)."""
+    a = int(round(settings.train_fraction * n))
+    b = a + int(round(settings.dev_fraction * n))
+    return {"train": list(range(a)), "dev": list(range(a, b)), "test": list(range(b, n))}
+
+
+@torch.no_grad()
+def accuracy(model: GCN, graphs: list) -> float:
+    b = batch_of(graphs)
+    return float((model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).float().mean())
+
+
+def train_gcn(graphs: list, num_classes: int, settings: AssetSettings, seed: int) -> tuple[GCN, dict]:
+    """Full-batch AdamW on the train graphs, stopped once train accuracy reaches 0.99."""
+    with seeded_init(seed):
+        model = GCN(num_classes, settings.hidden)
+    b = batch_of(graphs)
+    loss = nn.CrossEntropyLoss()
+    spec = TrainSpec(max_steps=settings.steps, learning_rate=settings.learning_rate, weight_decay=0.0,
+                     threads=1, check_every=25, target=0.99, log_every=25)
+    log = fit(model, lambda step: loss(model(b.x, b.edge_index, b.batch), b.y), spec,
+              check=lambda m: accuracy(m, graphs))
+    return model.eval(), log.to_dict()
+
+
+def build_asset(out_dir: Path, scale: str, seed: int) -> None:
+    """Per dataset: the graphs (``<name>_graphs.pt``) and ``num_models`` GCNs (``<name>_<k>.pt``,
+    training seeds ``seed * 100 + k``), with train / dev / test accuracies in ``metadata.json``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings = settings_for(scale)
+    meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(settings), "datasets": {}}
+    for name in settings.datasets:
+        gs = make_dataset(name, settings.num_graphs, seed=seed * 1000 + DATASETS.index(name))
+        idx = split(len(gs.graphs), settings)
+        torch.save(gs.graphs, out_dir / f"{name}_graphs.pt")
+        info = {"num_classes": gs.num_classes, "split": {k: len(v) for k, v in idx.items()}, "models": []}
+        train = [gs.graphs[i] for i in idx["train"]]
+        for k in range(settings.num_models):
+            model, log = train_gcn(train, gs.num_classes, settings, seed * 100 + k)
+            torch.save(model.state_dict(), out_dir / f"{name}_{k}.pt")
+            accs = {part: accuracy(model, [gs.graphs[i] for i in ii]) for part, ii in idx.items()}
+            info["models"].append({"train_seed": seed * 100 + k, "accuracy": accs, "steps": log["steps"]})
+            print(f"{name} model {k}: " + ", ".join(f"{p} {a:.3f}" for p, a in accs.items()))
+        meta["datasets"][name] = info
+    meta["metrics"] = {name: [m["accuracy"] for m in v["models"]] for name, v in meta["datasets"].items()}
+    (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def load_asset(path: str | Path) -> tuple[dict, dict]:
+    """``({dataset: {"graphs", "split", "models", "num_classes"}}, metadata)`` from an asset folder."""
+    path = Path(path)
+    meta = json.loads((path / "metadata.json").read_text())
+    settings = AssetSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["settings"].items()})
+    out = {}
+    for name, info in meta["datasets"].items():
+        graphs = torch.load(path / f"{name}_graphs.pt", weights_only=False)
+        models = []
+        for k in range(len(info["models"])):
+            model = GCN(info["num_classes"], settings.hidden)
+            model.load_state_dict(torch.load(path / f"{name}_{k}.pt", map_location="cpu", weights_only=True))
+            for p in model.parameters():
+                p.requires_grad_(False)
+            models.append(model.eval())
+        out[name] = {"graphs": graphs, "split": split(len(graphs), settings), "models": models,
+                     "num_classes": info["num_classes"]}
+    return out, meta

@@ -1,0 +1,235 @@
+"""Tests for compendium.papers.ms_explainer: generators, masks, metrics, statistics, a tiny run."""
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+from compendium.papers import ms_explainer as paper
+from compendium.stats import Estimate
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A tiny dataset and one briefly trained GCN (a few seconds)."""
+    gs = paper.make_dataset("ba_2motifs", 24, seed=3)
+    settings = paper.AssetSettings(num_graphs=24, num_models=1, steps=60)
+    model, _ = paper.train_gcn(gs.graphs[:16], gs.num_classes, settings, seed=0)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return gs, model
+
+
+# ---------------------------------------------------------------- generators
+@pytest.mark.parametrize("name", paper.DATASETS)
+def test_generator_counts_and_motifs(name):
+    gs = paper.make_dataset(name, 12, seed=1)
+    rep = paper.generator_report(name, gs.graphs)
+    assert len(rep["node_counts"]) == 1 and rep["motif_ok"] == 12 and rep["symmetric"]
+    assert len(set(rep["class_counts"])) == 1 and sum(rep["class_counts"]) == 12
+    for g in gs.graphs:
+        motif = paper.motif_graph(name, int(g.y))
+        assert int(g.gt.sum()) == 2 * motif.number_of_edges()
+        assert g.edge_index.shape[1] == g.gt.shape[0] and g.x.shape == (g.num_nodes, 8) and (g.x.sum(1) == 1).all()
+
+
+def test_generator_is_seeded_and_leaves_global_stream():
+    torch.manual_seed(5)
+    before = torch.rand(1)
+    torch.manual_seed(5)
+    a = paper.make_dataset("multiscale", 6, seed=2)
+    after = torch.rand(1)
+    b = paper.make_dataset("multiscale", 6, seed=2)
+    assert torch.equal(before, after)
+    assert all(torch.equal(x.edge_index, y.edge_index) for x, y in zip(a.graphs, b.graphs))
+
+
+def test_house_ring_shapes():
+    ring = paper.house_ring()
+    assert ring.number_of_nodes() == 15 and ring.number_of_edges() == 21 and nx.is_connected(ring)
+
+
+def test_generator_rejects_bad_input():
+    with pytest.raises(ValueError):
+        paper.make_dataset("nope", 10, seed=0)
+    with pytest.raises(ValueError):
+        paper.make_dataset("ba_2motifs", 1, seed=0)
+
+
+# ---------------------------------------------------------------- masks
+def test_rank_and_nested_topk_against_brute_force():
+    rng = np.random.default_rng(0)
+    g = torch.from_numpy(np.repeat(np.arange(4), [7, 10, 3, 12]))
+    s = torch.from_numpy(rng.normal(size=len(g))).float()
+    rank = paper.within_graph_rank(s, g)
+    keys = paper.topk_masks(s, g, (0.1, 0.2, 0.3))
+    assert (keys[:-1] <= keys[1:]).all()
+    for k in range(4):
+        sel = (g == k).numpy()
+        order = np.argsort(-s.numpy()[sel], kind="stable")
+        assert (rank.numpy()[sel][order] == np.arange(sel.sum())).all()
+        for r, key in zip((0.1, 0.2, 0.3), keys):
+            assert key.numpy()[sel].sum() == max(1, int(np.ceil(r * sel.sum() - 1e-9)))
+
+
+def test_soft_threshold_separates_topk():
+    rng = np.random.default_rng(1)
+    g = torch.from_numpy(np.repeat(np.arange(3), [10, 20, 30]))
+    s = torch.from_numpy(rng.normal(size=len(g)))
+    theta = paper.soft_thresholds(s, g, 0.2)
+    key = paper.topk_masks(s, g, (0.2,))[0]
+    assert ((s > theta) == key).all()
+
+
+def test_all_ones_mask_is_the_model(tiny):
+    gs, model = tiny
+    p = paper.prepare(model, gs.graphs[16:])
+    _, logits = paper.masked_forward(model, p.x, p.edge_index, p.batch, torch.ones(p.edge_index.shape[1]))
+    assert torch.equal(logits, model(p.x, p.edge_index, p.batch))
+    _, zero = paper.masked_forward(model, p.x, p.edge_index, p.batch, torch.zeros(p.edge_index.shape[1]))
+    assert not torch.allclose(zero, logits)          # the mask does act
+
+
+# ---------------------------------------------------------------- metrics
+def test_auc_matches_sklearn_and_truth():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(2)
+    g = torch.from_numpy(np.repeat(np.arange(3), 20))
+    gt = torch.from_numpy(rng.random(60) < 0.3)
+    s = torch.from_numpy(np.round(rng.normal(size=60), 1))    # ties
+    auc = paper.auc_per_graph(s, gt, g)
+    for k in range(3):
+        sel = (g == k).numpy()
+        assert auc[k] == pytest.approx(roc_auc_score(gt.numpy()[sel], s.numpy()[sel]))
+    assert (paper.auc_per_graph(gt.float(), gt, g) == 1).all()
+    assert (paper.auc_per_graph(-gt.float(), gt, g) == 0).all()
+
+
+def test_jaccard_and_spearman():
+    g = torch.zeros(10, dtype=torch.long)
+    a = torch.arange(10.0)
+    assert paper.topk_jaccard(a, a, g, 0.3)[0] == 1.0
+    assert paper.topk_jaccard(a, -a, g, 0.3)[0] == 0.0
+    assert paper.spearman_per_graph(a, -a, g)[0] == pytest.approx(-1.0)
+    rng = np.random.default_rng(4)
+    gg = torch.from_numpy(np.repeat(np.arange(3), [8, 12, 9]))
+    x, y = torch.from_numpy(rng.normal(size=29)), torch.from_numpy(rng.normal(size=29))
+    rho = paper.spearman_per_graph(x, y, gg)
+    for k in range(3):
+        sel = (gg == k).numpy()
+        assert rho[k] == pytest.approx(scipy.stats.spearmanr(x.numpy()[sel], y.numpy()[sel]).statistic)
+    assert paper.pairwise_mean([a, a, a], lambda x, y: paper.topk_jaccard(x, y, g, 0.3)) == 1.0
+
+
+def test_noise_edges_keep_originals_first():
+    gs = paper.make_dataset("tree_cycles", 4, seed=0)
+    noisy = paper.add_noise_edges(gs.graphs, 0.05, np.random.default_rng(0))
+    for a, b in zip(gs.graphs, noisy):
+        E = a.edge_index.shape[1]
+        assert torch.equal(b.edge_index[:, :E], a.edge_index) and b.edge_index.shape[1] > E
+        assert len(set(map(tuple, b.edge_index.t().tolist()))) == b.edge_index.shape[1]
+
+
+def test_fidelity_extremes(tiny):
+    gs, model = tiny
+    p = paper.prepare(model, gs.graphs[16:])
+    E = p.edge_index.shape[1]
+    fp, fm = paper.fidelity(model, p, torch.ones(E, dtype=torch.bool))   # key = whole graph
+    assert fm == 0.0
+    fp0, fm0 = paper.fidelity(model, p, torch.zeros(E, dtype=torch.bool))
+    assert fp0 == 0.0 and fm0 == fp
+
+
+# ---------------------------------------------------------------- explainers
+def test_parameter_sharing_counts():
+    one = paper.parameter_count(paper.MSExplainer(32, (0.2,)))
+    three = paper.parameter_count(paper.MSExplainer(32, (0.1, 0.2, 0.3)))
+    unshared = paper.parameter_count(paper.MSExplainer(32, (0.1, 0.2, 0.3), shared=False))
+    assert one == three and unshared == 3 * three
+
+
+def test_triangle_inequality_property(tiny):
+    gs, model = tiny
+    p = paper.prepare(model, gs.graphs[16:])
+    s = torch.randn(p.edge_index.shape[1], generator=torch.Generator().manual_seed(0))
+    assert paper.triangle_gap(model, p, s, (0.1, 0.2, 0.3)) <= 1e-9
+
+
+def test_explainers_train_and_are_seeded(tiny):
+    gs, model = tiny
+    batches = [paper.prepare(model, gs.graphs[:8]), paper.prepare(model, gs.graphs[8:16])]
+    p = paper.prepare(model, gs.graphs[16:])
+    st = paper.ExplainerSettings(epochs=2, learning_rate=0.01)
+    a = paper.ms_scores(paper.train_ms(model, batches, st, seed=1), p)
+    b = paper.ms_scores(paper.train_ms(model, batches, st, seed=1), p)
+    c = paper.ms_scores(paper.train_ms(model, batches, st, seed=2), p)
+    assert torch.equal(a, b) and not torch.equal(a, c) and a.shape == (p.edge_index.shape[1],)
+    pa = paper.pg_scores(paper.train_pg(model, batches, st, seed=1), p)
+    pb = paper.pg_scores(paper.train_pg(model, batches, st, seed=1), p)
+    assert torch.equal(pa, pb)
+    ga = paper.run_gnnexplainer(model, p, 5, 0.01, seed=1)
+    assert ga.shape == (p.edge_index.shape[1],) and torch.equal(ga, paper.run_gnnexplainer(model, p, 5, 0.01, seed=1))
+
+
+def test_pg_coefficients_do_not_leak():
+    from torch_geometric.explain import PGExplainer
+
+    model = paper.GCN(2)
+    paper.explainers._pg_explainer(model, paper.ExplainerSettings(epochs=1, learning_rate=0.01, size_weight=0.5), 5)
+    assert PGExplainer.coeffs["edge_size"] == pytest.approx(0.1)
+    paper.explainers._pg_explainer(model, paper.ExplainerSettings(epochs=1, learning_rate=0.01), 1)
+    assert PGExplainer.coeffs["edge_size"] == pytest.approx(0.05)
+
+
+# ---------------------------------------------------------------- statistics
+def _e(point, low, high):
+    return Estimate(point, low, high, unit="u", n=3)
+
+
+def test_count_estimate():
+    groups = {"a": [_e(1, 0.5, 2), _e(1, 0.1, 2)],      # decided
+              "b": [_e(1, -0.5, 2), _e(1, 0.1, 2)],     # possible
+              "c": [_e(-1, -2, -0.5), _e(1, 0.1, 2)],   # excluded
+              "d": [_e(-0.1, -1, 1), _e(1, 0.1, 2)]}    # possible, point below
+    e = paper.count_estimate(groups)
+    assert (e.low, e.point, e.high, e.n) == (1, 2, 3, 4)
+    with pytest.raises(ValueError):
+        paper.count_estimate({})
+
+
+def test_deciding():
+    ests = {"a": _e(0, -0.005, 0.01), "b": _e(0.02, 0.01, 0.03)}
+    assert paper.deciding(ests, -0.01)[0] == "a"
+    ests["c"] = _e(-0.05, -0.06, -0.04)
+    assert paper.deciding(ests, -0.01)[0] == "c"
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        paper.Config(datasets=("nope",))
+    with pytest.raises(ValueError):
+        paper.Config(ratios=(0.3, 0.2, 0.1))
+    with pytest.raises(ValueError):
+        paper.Config(fidelity_ratio=0.25)
+    assert paper.Config(datasets=["multiscale"]).datasets == ("multiscale",)
+
+
+# ---------------------------------------------------------------- tiny run
+def test_tiny_run(tiny):
+    gs, model = tiny
+    settings = paper.AssetSettings(num_graphs=24, num_models=2, steps=60, train_fraction=0.5, dev_fraction=0.25)
+    idx = paper.split(24, settings)
+    model2, _ = paper.train_gcn([gs.graphs[i] for i in idx["train"]], 2, settings, seed=1)
+    for p in model2.parameters():
+        p.requires_grad_(False)
+    asset = {"ba_2motifs": {"graphs": gs.graphs, "split": idx, "models": [model, model2], "num_classes": 2}}
+    cfg = paper.Config(datasets=("ba_2motifs",), num_models=2, explainer_seeds=2, epochs=1, batch_graphs=6,
+                       learning_rates=(0.01,), gnnexplainer_epochs=3, timing_repeats=1,
+                       ablation_datasets=("ba_2motifs",))
+    res = paper.run(cfg, asset)
+    m = paper.measurements(res)
+    assert res.auc["ba_2motifs"]["ms"].shape == (2, 2) and res.nested and res.ones_gap == 0.0
+    assert res.truth_auc_min == 1.0 and res.triangle <= 1e-9 and m["generator_ok"]
+    assert m["stability"]["pg"].n == 1 and res.times["ratio"] > 0
