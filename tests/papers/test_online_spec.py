@@ -220,7 +220,8 @@ def test_statistics_helpers():
 # ---------------------------------------------------------------- config and run
 @pytest.mark.parametrize("bad", [dict(vocab=5), dict(gamma=0), dict(learning_rates=(1.0, 2.0)),
                                  dict(learning_rates=(3.0, 2.0, 1.0)), dict(replicates=1), dict(hedge_share=1.0),
-                                 dict(momentum=True), dict(target_smoothing=1.0), dict(seed=-1)])
+                                 dict(momentum=True), dict(target_smoothing=1.0), dict(seed=-1),
+                                 dict(transformer_width=30), dict(transformer_temperature=0.0), dict(transformer_rank=0)])
 def test_bad_config_raises(bad):
     with pytest.raises(ValueError):
         paper.Config(**bad)
@@ -260,3 +261,93 @@ def test_kernel_checks_on_the_cpu_reference():
     out = paper.kernel_checks(paper.Config(**TINY), "cpu", shapes=20)
     assert out["backend"] == "reference" and out["shapes"] == 20 and out["mismatches"] == 0
     assert out["lossless_p"].shape == (TINY["check_pairs"],) and np.all((0 <= out["lossless_p"]) & (out["lossless_p"] <= 1))
+
+
+# ---------------------------------------------------------------- the second target: a random-init GPT-2
+def test_transformer_target_is_the_gpt2_read_through_two_tokens():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from compendium.training import seeded_init
+
+    V, T = 12, 0.7
+    tg = paper.transformer_target(V, 3, 0.0, T, 0.5, 8, seed=5, heads=2)
+    table = tg.model.table
+    assert table.shape == (13, 13, 12)
+    np.testing.assert_allclose(table.sum(-1), 1.0)
+    for block in tg.blocks:
+        outside = np.setdiff1d(np.arange(V), block)
+        assert np.all(table[:, block][..., outside] == 0), "the newest token's block is closed"
+    # an independent forward pass of the same config and seed gives the same rows (logits / T in the block)
+    cfg = GPT2Config(vocab_size=V + 1, n_positions=2, n_embd=8, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                     attn_pdrop=0.0, initializer_range=0.5, tie_word_embeddings=False)
+    with seeded_init(5):
+        model = GPT2LMHeadModel(cfg).eval()
+    for a, b in [(0, 1), (7, 2), (12, 3), (5, 9)]:
+        with torch.no_grad():
+            z = model(input_ids=torch.tensor([[a, b]])).logits[0, -1, :V].double().numpy()
+        block = next(bl for bl in tg.blocks if b in bl)
+        expected = np.exp((z[block] - z[block].max()) / T)
+        np.testing.assert_allclose(table[a, b, block], expected / expected.sum(), rtol=1e-5)
+    # the older token matters (attention), and the seed decides the model
+    assert np.abs(table[0, 1] - table[2, 1]).max() > 1e-3
+    again = paper.transformer_target(V, 3, 0.0, T, 0.5, 8, seed=5, heads=2)
+    other = paper.transformer_target(V, 3, 0.0, T, 0.5, 8, seed=6, heads=2)
+    assert np.array_equal(again.model.table, table) and not np.allclose(other.model.table, table)
+    # temperature: half the temperature doubles the in-block log-odds
+    cold = paper.transformer_target(V, 3, 0.0, T / 2, 0.5, 8, seed=5, heads=2).model.table
+    blk = tg.blocks[1]
+    lo = np.log(table[3, 5, blk]) - np.log(table[3, 5, blk[0]])
+    np.testing.assert_allclose(np.log(cold[3, 5, blk]) - np.log(cold[3, 5, blk[0]]), 2 * lo, atol=1e-8)
+    with pytest.raises(ValueError):
+        paper.transformer_target(V, 3, 0.0, 0.0, 0.5, 8, seed=5, heads=2)
+
+
+def test_block_law_matches_the_ngram_target():
+    rng = np.random.default_rng(11)
+    tg = target(V=9, seed=3)
+    scores = np.log(np.maximum(tg.model.table, 1e-300))  # re-applying the law to its own log-table
+    again = paper.block_law(scores, tg.blocks, 0.0).table
+    np.testing.assert_allclose(again, tg.model.table, atol=1e-12)
+    with pytest.raises(ValueError):
+        paper.block_law(rng.normal(size=(9, 10, 9)), tg.blocks, 0.0)
+
+
+def test_tiny_run_has_the_transformer_setting():
+    config = paper.Config(**TINY)
+    result = paper.run(config)
+    tf = result.setting("transformer")
+    assert result.setting("ngram") is result
+    assert tf.methods("piecewise") == ["offline"] + [f"ogd@{eta:g}" for eta in config.learning_rates] + ["oracle"]
+    assert tf.methods("stationary") == ["offline", "ogd"] and len(tf.replicates) == config.replicates
+    assert tf.replicates[0].runs.keys() == {"piecewise", "stationary"}
+    assert tf.curve("piecewise", "oracle").shape == (2, config.chunks)
+    assert not np.array_equal(tf.replicates[0].target.model.table[:12, :12], result.replicates[0].target.model.table[:12, :12])
+    assert tf.online_lossless_p.shape == (TINY["check_pairs"],) and tf.control_lossless_p.shape == (TINY["check_pairs"],)
+    assert np.all(np.diff(tf.online_lossless_n) <= 0), "the most frequent (replicate, context) groups, largest first"
+    assert paper.cumulative_bound_ratio(tf)["max_ratio"] <= 1.0
+    assert paper.every_replicate_difference(tf.alpha("piecewise", "oracle"), tf.alpha("piecewise", "offline"))["n"] == 2
+    with pytest.raises(ValueError):
+        result.setting("lstm")
+    with pytest.raises(ValueError):
+        paper.run(config, transformer=False).setting("transformer")
+
+
+def test_pooled_context_test_uses_each_replicates_own_target():
+    rng = np.random.default_rng(12)
+    t1, t2 = target(V=9, seed=1, leak=0.1), target(V=9, seed=2, leak=0.1)
+
+    def replicate(tg, source, n=3000):
+        ctx = np.array([[0, 1], [4, 5], [7, 8]])[rng.integers(0, 3, n)]
+        x = np.array([rng.choice(9, p=source.rows(a, b)) for a, b in ctx])
+        run = paper.StreamRun(np.ones(2), np.ones(2), np.ones(2), np.ones(2), np.column_stack([ctx, x]))
+        return paper.Replicate({"piecewise": {"ogd": run}}, {}, 0.5, {}, tg)
+
+    good = [replicate(t1, t1), replicate(t2, t2)]
+    p, n = paper.pooled_context_lossless_p(good, 4)
+    assert n.shape == (4,) and np.all(np.diff(n) <= 0) and n.sum() <= 6000
+    assert np.all(p > 1e-4)
+    p_bad, _ = paper.pooled_context_lossless_p([replicate(t1, t2), replicate(t2, t1)], 4)
+    assert np.all(p_bad < 1e-4), "tokens from the other target are rejected"
+    with pytest.raises(ValueError):
+        paper.pooled_context_lossless_p([paper.Replicate({"s": {}}, {}, 0.5, {}, t1)], 4)

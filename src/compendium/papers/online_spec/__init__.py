@@ -19,7 +19,10 @@ come from :mod:`compendium.speculative` (one copy for the book, shared with the
 speculative_coupled_decoding chapter). Here:
 
 - the target: an order-2 n-gram table with closed domain blocks (:func:`~.model.block_target`),
-  exact conditionals; the draft: ``softmax((E1[a] + E2[b]) U^T + bias)`` with rank-``d``
+  exact conditionals; the second target: a random-init two-layer ``transformers`` GPT-2 at
+  temperature 0.7 read through a two-token window, whose ``(V+1)^2`` conditionals one batched
+  forward pass enumerates, with the same domain blocks (:func:`~.model.transformer_target`); the
+  draft: ``softmax((E1[a] + E2[b]) U^T + bias)`` with rank-``d``
   embeddings of the last two tokens (:mod:`.model`);
 - the online loss of chunk ``t``: ``l_t(theta) = mean KL(p || q_theta)`` over the verified
   positions, with the gradient through the logits ``q - p`` (:func:`~.model.kl_loss_and_grad`);
@@ -34,15 +37,21 @@ speculative_coupled_decoding chapter). Here:
   ``sqrt(T / 2 * (sum_t l_t(u_t) + DynReg_T(u_{1:T})))`` for any comparator sequence ``u``.
 
 What is ours and why: no library provides online learners over a draft model, so the learners,
-the target and the draft are small NumPy code with analytic gradients (fast enough to run ten
-learners over five replicates in the smoke budget); the offline fits use ``scipy.optimize``
-(L-BFGS) and the statistics ``compendium.stats``.
+the n-gram target and the draft are small NumPy code with analytic gradients (fast enough to run
+ten learners over five replicates in the smoke budget); the second target is ``transformers``'
+``GPT2LMHeadModel`` built from a ``GPT2Config`` (random init under
+``compendium.training.seeded_init``, no hub weights, no training); the offline fits use
+``scipy.optimize`` (L-BFGS) and the statistics ``compendium.stats``.
 
 Small-scale deviations
 ----------------------
-- The target is a 64-token n-gram table, not a 7B LLM; the draft is a rank-3 bigram-embedding
-  model, not an EAGLE/Hydra head. The random-init ``transformers`` causal-LM target of the issue
-  is not built (see the chapter's Limits).
+- The targets are a 64-token n-gram table and a random-init two-layer GPT-2 of width 32, not a
+  7B LLM; the drafts are rank-3 (n-gram) and rank-1 (GPT-2) bigram-embedding models, not EAGLE/Hydra heads.
+- The GPT-2 target sees only the last two tokens (``n_positions = 2``), so its conditionals are
+  exact and enumerable and the draft sees the same context; its init scale (``initializer_range``
+  0.3 instead of GPT-2's 0.02, at which the logits are nearly flat and every draft is accepted)
+  and the draft rank against it were fixed from the offline acceptance on A before any online
+  run. Only Offline, OGD and the oracle run on it (piecewise and stationary streams).
 - Domains are closed token blocks, so a draft trained on domain A has almost no acceptance on B
   and C: the drift is abrupt and total, larger than between real prompt sets.
 - One gradient step per chunk, full batch over its verified positions; the paper's pipelines
@@ -59,6 +68,8 @@ from .experiment import (
     CHECK_VOCAB,
     DOMAINS,
     SINGLE,
+    TARGETS,
+    TRANSFORMER_STREAMS,
     UNIT,
     Config,
     Replicate,
@@ -72,8 +83,10 @@ from .experiment import (
     every_replicate_difference,
     geometric_identity,
     kernel_checks,
+    make_target,
     offline_alpha_estimate,
     pinsker_check,
+    pooled_context_lossless_p,
     run,
     run_formula_checks,
     run_replicate,
@@ -82,6 +95,7 @@ from .experiment import (
 from .model import (
     BlockTarget,
     DraftShape,
+    block_law,
     block_target,
     domain_prompts,
     draft_logits,
@@ -92,6 +106,7 @@ from .model import (
     fit_offline,
     kl_loss_and_grad,
     sample_contexts,
+    transformer_target,
     unique_contexts,
 )
 from .online import (

@@ -5,6 +5,7 @@ statistics every ledger row uses.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,12 +16,16 @@ from ...stats import Estimate, mean_interval, paired_difference
 from ...validation import require_int, require_number
 from ...ngram import pooled_chisquare
 from . import online as ol
-from .model import DraftShape, block_target, fit_offline, entropy_term, sample_contexts
+from .model import (DraftShape, block_target, entropy_term, expected_acceptance, fit_offline, sample_contexts,
+                    transformer_target)
 
 DOMAINS = 3
 CHECK_VOCAB = 16  # vocabulary of the random (p, q) pairs of the formula and losslessness checks
 SINGLE = ("ogd", "optimistic", "momentum")  # single-step-size learners: all at the middle step size
 UNIT = "replicates (target, draft, stream)"
+TARGETS = ("ngram", "transformer")  # the two settings: the n-gram table and the random-init GPT-2
+TRANSFORMER_HEADS = 4
+TRANSFORMER_STREAMS = ("piecewise", "stationary")  # the online-vs-offline comparison and its control
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,12 @@ class Config:
     check_pairs, check_rounds, pinsker_pairs : int
         Random (p, q) pairs and verify rounds per pair for the formula and losslessness checks;
         pairs for the Pinsker check.
+    transformer_temperature, transformer_init : float
+        The second target (:func:`~.model.transformer_target`): sampling temperature and the
+        random init's standard deviation.
+    transformer_width, transformer_rank : int
+        Its width, and the rank of the draft used against it (its capacity: sets the offline
+        acceptance on domain A).
     seed : int
     """
 
@@ -68,6 +79,10 @@ class Config:
     check_pairs: int = 50
     check_rounds: int = 20000
     pinsker_pairs: int = 10000
+    transformer_temperature: float = 0.7
+    transformer_init: float = 0.3
+    transformer_width: int = 32
+    transformer_rank: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -94,6 +109,12 @@ class Config:
         require_int("check_pairs", self.check_pairs, 2, 10_000)
         require_int("check_rounds", self.check_rounds, 100, 1_000_000)
         require_int("pinsker_pairs", self.pinsker_pairs, 10, 1_000_000)
+        require_number("transformer_temperature", self.transformer_temperature, 0.0, 10.0, low_open=True)
+        require_number("transformer_init", self.transformer_init, 0.0, 10.0, low_open=True)
+        require_int("transformer_width", self.transformer_width, 4, 256)
+        if self.transformer_width % TRANSFORMER_HEADS:
+            raise ValueError(f"transformer_width must be a multiple of {TRANSFORMER_HEADS}, got {self.transformer_width}")
+        require_int("transformer_rank", self.transformer_rank, 1, 32)
         require_int("seed", self.seed, 0, 2**32 - 1)
 
     @property
@@ -258,11 +279,22 @@ class Replicate:
     target: object = field(repr=False, default=None)
 
 
-def _setup(config: Config, replicate: int):
-    target = block_target(config.vocab, DOMAINS, config.target_smoothing, config.target_sharpness,
-                          config.target_interaction, make_rng(config.seed, 10, replicate))
-    shape = DraftShape(config.vocab, config.draft_rank)
-    rng = make_rng(config.seed, 11, replicate)
+def make_target(config: Config, replicate: int, kind: str = "ngram"):
+    """The target of one replicate: the n-gram table or the random-init transformer."""
+    if kind == "ngram":
+        return block_target(config.vocab, DOMAINS, config.target_smoothing, config.target_sharpness,
+                            config.target_interaction, make_rng(config.seed, 10, replicate))
+    if kind == "transformer":
+        init_seed = int(make_rng(config.seed, 20, replicate).integers(2**31))
+        return transformer_target(config.vocab, DOMAINS, config.target_smoothing, config.transformer_temperature,
+                                  config.transformer_init, config.transformer_width, init_seed, heads=TRANSFORMER_HEADS)
+    raise ValueError(f"target kind must be one of {TARGETS}, got {kind!r}")
+
+
+def _setup(config: Config, replicate: int, kind: str = "ngram"):
+    target = make_target(config, replicate, kind)
+    shape = DraftShape(config.vocab, config.draft_rank if kind == "ngram" else config.transformer_rank)
+    rng = make_rng(config.seed, 11 if kind == "ngram" else 21, replicate)
     theta0 = shape.init(rng)
     drafts, fits = [], []
     for k in range(DOMAINS):  # k = 0: the offline draft (domain A); all three: the oracle's
@@ -271,13 +303,12 @@ def _setup(config: Config, replicate: int):
         drafts.append(theta)
         fits.append(info)
         if k == 0:
-            from .model import expected_acceptance
-
             alpha_a = expected_acceptance(target, shape, theta, a, b)
     return target, shape, drafts, fits[0], alpha_a
 
 
-def _learners(config: Config, shape, drafts, stream: str, lr: float) -> dict:
+def _learners(config: Config, shape, drafts, stream: str, lr: float, full: bool = True) -> dict:
+    """The learners of one stream; ``full=False`` keeps Offline, OGD at each step size and the oracle."""
     off = drafts[0]
     L = {"offline": ol.Fixed(shape, off)}
     if stream == "stationary":
@@ -285,33 +316,38 @@ def _learners(config: Config, shape, drafts, stream: str, lr: float) -> dict:
         return L
     for eta in config.learning_rates:
         L[f"ogd@{eta:g}"] = ol.OGD(shape, off, eta)
-    L["optimistic"] = ol.Optimistic(shape, off, lr)
-    L["momentum"] = ol.Momentum(shape, off, lr, config.momentum)
-    L["hedge-average"] = ol.HedgeAverage(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
-    L["hedge-mixture"] = ol.HedgeMixture(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
+    if full:
+        L["optimistic"] = ol.Optimistic(shape, off, lr)
+        L["momentum"] = ol.Momentum(shape, off, lr, config.momentum)
+        L["hedge-average"] = ol.HedgeAverage(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
+        L["hedge-mixture"] = ol.HedgeMixture(shape, off, config.learning_rates, config.hedge_rate, config.hedge_share)
     if stream == "piecewise":
         L["oracle"] = ol.Fixed(shape, off, schedule=[drafts[k] for k in ol.segment_domains(config.chunks)])
     return L
 
 
-def run_replicate(config: Config, replicate: int, keep_emitted: bool = False) -> Replicate:
-    """Every learner on the three streams of one replicate.
+def run_replicate(config: Config, replicate: int, keep_emitted: bool = False, kind: str = "ngram") -> Replicate:
+    """Every learner on the streams of one replicate.
 
     OGD, optimistic OGD and momentum all use the middle step size of ``learning_rates`` (the same
     for each, fixed in advance); OGD also runs at the other two for the ensemble comparisons.
+    ``kind="transformer"``: the second target, with Offline, OGD at the three step sizes and the
+    oracle on the piecewise stream, Offline and OGD at the middle step size on the stationary one
+    (:data:`TRANSFORMER_STREAMS`).
     """
     from threadpoolctl import threadpool_limits
 
+    ngram = kind == "ngram"
     with threadpool_limits(1):
-        target, shape, drafts, fit, alpha_a = _setup(config, replicate)
+        target, shape, drafts, fit, alpha_a = _setup(config, replicate, kind)
         runs, weights = {}, {}
-        for s, stream in enumerate(ol.STREAMS):
-            learners = _learners(config, shape, drafts, stream, config.learning_rates[1])
+        for s, stream in enumerate(ol.STREAMS if ngram else TRANSFORMER_STREAMS):
+            learners = _learners(config, shape, drafts, stream, config.learning_rates[1], full=ngram)
             names = list(learners)
             keep = tuple(i for i, n in enumerate(names) if n not in ("offline", "oracle")) if keep_emitted else ()
             out = ol.run_streams(target, list(learners.values()), ol.stream_weights(stream, config.chunks, DOMAINS),
                                  config.prompts_per_chunk, config.tokens_per_prompt, config.gamma,
-                                 make_rng(config.seed, 12, replicate, s), keep_emitted=keep)
+                                 make_rng(config.seed, 12 if ngram else 22, replicate, s), keep_emitted=keep)
             runs[stream] = dict(zip(names, out))
             weights[stream] = {n: learners[n].weights.tolist() for n in ("hedge-average", "hedge-mixture") if n in learners}
     return Replicate(runs, fit, alpha_a, weights, target)
@@ -330,6 +366,31 @@ class Result:
     online_lossless_n: np.ndarray   # their sample sizes
     control_lossless_p: np.ndarray  # resample-from-p control at the online sample size
     control_draws: int
+    # the second setting (random-init transformer target): the same records for its replicates
+    transformer_replicates: list = field(default_factory=list)
+    transformer_lossless_p: np.ndarray = None
+    transformer_lossless_n: np.ndarray = None
+    transformer_control_lossless_p: np.ndarray = None
+    transformer_control_draws: int = 0
+
+    def setting(self, kind: str) -> "Result":
+        """The result restricted to one target: ``"ngram"`` (this result) or ``"transformer"``.
+
+        The transformer view has the transformer's replicates and losslessness records in the
+        fields every helper reads (``replicates``, ``online_lossless_*``, ``control_*``), so the
+        statistics below apply to either setting unchanged.
+        """
+        if kind == "ngram":
+            return self
+        if kind != "transformer":
+            raise ValueError(f"setting must be one of {TARGETS}, got {kind!r}")
+        if not self.transformer_replicates:
+            raise ValueError("this result has no transformer setting")
+        return dataclasses.replace(self, replicates=self.transformer_replicates,
+                                   online_lossless_p=self.transformer_lossless_p,
+                                   online_lossless_n=self.transformer_lossless_n,
+                                   control_lossless_p=self.transformer_control_lossless_p,
+                                   control_draws=self.transformer_control_draws, transformer_replicates=[])
 
     def alpha(self, stream: str, method: str) -> np.ndarray:
         """Mean acceptance per replicate, shape ``(replicates,)``."""
@@ -412,18 +473,46 @@ def dynamic_regret(result: Result, stream: str = "piecewise") -> dict:
     return {m: float((result.curve(stream, m, "loss").sum(1) - oracle).mean()) for m in result.methods(stream)}
 
 
-def run(config: Config) -> Result:
-    """Every experiment of the chapter."""
+def pooled_context_lossless_p(replicates: list, contexts: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`context_lossless_p` over several replicates, each context tested against its own target.
+
+    The updating learners' emitted tokens of every replicate are grouped by (replicate, context);
+    the ``contexts`` most frequent groups are tested. Returns their p-values and sample sizes.
+    """
+    tests = []
+    for rep in replicates:
+        emitted = [run.emitted for runs in rep.runs.values() for run in runs.values() if run.emitted is not None]
+        if emitted:
+            p, n = context_lossless_p(np.concatenate(emitted), rep.target, contexts)
+            tests += list(zip(n, p))
+    if not tests:
+        raise ValueError("no replicate kept its emitted tokens")
+    top = sorted(tests, key=lambda t: -t[0])[:contexts]  # stable: ties keep replicate order
+    return np.array([p for _, p in top]), np.array([n for n, _ in top])
+
+
+def _online_lossless(reps: list, config: Config, formula: dict):
+    """Per-context tests of the updating learners of ``reps``, and the control at their median size."""
+    p_online, n_online = pooled_context_lossless_p(reps, config.check_pairs)
+    draws = int(min(config.check_rounds, np.median(n_online)))
+    return p_online, n_online, control_p_values(formula["control_samples"], draws), draws
+
+
+def run(config: Config, transformer: bool = True) -> Result:
+    """Every experiment of the chapter (``transformer=False`` leaves out the second target)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
         replicates = [run_replicate(config, r, keep_emitted=(r == 0)) for r in range(config.replicates)]
         formula = run_formula_checks(config)
         pinsker = pinsker_check(config)
-    rep0 = replicates[0]
-    emitted = np.concatenate([run.emitted for runs in rep0.runs.values() for run in runs.values()
-                              if run.emitted is not None])
-    p_online, n_online = context_lossless_p(emitted, rep0.target, config.check_pairs)
-    draws = int(min(config.check_rounds, np.median(n_online)))
+        tf = [run_replicate(config, r, keep_emitted=True, kind="transformer")
+              for r in range(config.replicates)] if transformer else []
+    p_online, n_online, p_control, draws = _online_lossless(replicates[:1], config, formula)
+    extra = {}
+    if tf:
+        tp, tn, tc, td = _online_lossless(tf, config, formula)
+        extra = dict(transformer_replicates=tf, transformer_lossless_p=tp, transformer_lossless_n=tn,
+                     transformer_control_lossless_p=tc, transformer_control_draws=td)
     return Result(config, replicates, {k: v for k, v in formula.items() if k != "control_samples"}, pinsker,
-                  p_online, n_online, control_p_values(formula["control_samples"], draws), draws)
+                  p_online, n_online, p_control, draws, **extra)

@@ -1,4 +1,5 @@
-r"""The fixed target (an order-2 n-gram table with domain blocks) and the low-capacity draft.
+r"""The fixed targets (an order-2 n-gram table, or a random-init GPT-2 read through two tokens, both
+with domain blocks) and the low-capacity draft.
 
 Target. ``V`` tokens split into ``K`` contiguous blocks (the domains). After the context
 ``(a, b)`` (``b`` the newest token) the next token stays in ``b``'s block, so a sequence started
@@ -6,7 +7,9 @@ in a domain stays in it. Inside the block its law is
 ``(1 - leak) softmax(beta * (s_b + w_a / 2 + noise_ab)) + leak * uniform(block)`` with Gaussian
 scores: part of the table is additive in the two context tokens (what the draft can learn) and
 part is an interaction no additive model can fit. Conditionals are exact: the table is the
-target.
+target. The second target (:func:`transformer_target`) keeps the blocks and the smoothing but
+takes the in-block law from a random-init ``transformers`` GPT-2 at a temperature; with a
+two-token window its table is exact too.
 
 Draft. Logits ``z(a, b) = (E1[a] + E2[b]) U^T + bias`` with embeddings of rank ``d``: the last
 two tokens in, a softmax out. Its parameters are one flat vector ``theta`` (so learners can
@@ -71,11 +74,30 @@ def block_target(vocab: int, domains: int, leak: float, sharpness: float, intera
         raise ValueError(f"need 0 <= leak < 1, sharpness > 0, interaction >= 0; got {leak}, {sharpness}, {interaction}")
     V = vocab
     blocks = tuple(np.array_split(np.arange(V), domains))
-    block_of = np.concatenate([np.full(len(b), k) for k, b in enumerate(blocks)])
     s = rng.normal(size=(V + 1, V))  # newest-token scores (row V: start of sequence)
     w = rng.normal(size=(V + 1, V))  # older-token scores
     noise = interaction * rng.normal(size=(V + 1, V + 1, V))
     scores = sharpness * (s[None, :, :] + 0.5 * w[:, None, :] + noise)  # (a, b, v)
+    return BlockTarget(block_law(scores, blocks, leak), blocks)
+
+
+def block_law(scores: np.ndarray, blocks: tuple, leak: float) -> NGramModel:
+    """``(1 - leak) softmax(scores restricted to b's block) + leak * uniform(block)`` per context.
+
+    Parameters
+    ----------
+    scores : ndarray, shape ``(V+1, V+1, V)``
+        Logits of the next token after each context ``(a, b)`` (index ``V``: before the start).
+    blocks : tuple of ndarray
+        Token ids of each domain; after the newest token ``b`` the next token stays in ``b``'s
+        block (after the start symbol every token is allowed).
+    leak : float
+        Weight of the uniform smoothing inside the block, in ``[0, 1)``.
+    """
+    V = scores.shape[-1]
+    if scores.shape != (V + 1, V + 1, V):
+        raise ValueError(f"scores must have shape (V+1, V+1, V), got {scores.shape}")
+    block_of = np.concatenate([np.full(len(b), k) for k, b in enumerate(blocks)])
     # the newest token's block; at the start of a sequence, all tokens
     allowed = np.ones((V + 1, V), dtype=bool)
     allowed[:V] = block_of[:V, None] == block_of[None, :]
@@ -84,7 +106,57 @@ def block_target(vocab: int, domains: int, leak: float, sharpness: float, intera
     inside /= inside.sum(-1, keepdims=True)
     flat = np.broadcast_to(allowed / allowed.sum(-1, keepdims=True), inside.shape)
     table = (1 - leak) * inside + leak * flat  # smoothing inside the block: a domain never ends
-    return BlockTarget(NGramModel(table / table.sum(-1, keepdims=True)), blocks)
+    return NGramModel(table / table.sum(-1, keepdims=True))
+
+
+def transformer_target(vocab: int, domains: int, leak: float, temperature: float, init_scale: float,
+                       width: int, seed: int, heads: int = 4, layers: int = 2) -> BlockTarget:
+    r"""A random-init ``transformers`` GPT-2 causal LM, read through a two-token window.
+
+    The model is built from a ``GPT2Config`` (``layers`` blocks of width ``width``, untied output
+    layer, no dropout, weights drawn with standard deviation ``init_scale``; no hub weights, no
+    training) over ``V + 1`` token ids, id ``V`` being the start symbol. Its context window is two
+    tokens (``n_positions = 2``), so its conditionals are exact and enumerable: one batched
+    forward over the ``(V+1)^2`` contexts ``[a, b]`` gives every row. The law of the next token is
+    :func:`block_law` of ``logits / temperature`` (the start id dropped from the output), so the
+    domains work as in :func:`block_target`, and inside a block the law is the transformer's.
+
+    Parameters
+    ----------
+    vocab, domains : int
+        Tokens ``V`` and domain blocks ``K`` (``V >= 2 K``).
+    leak : float
+        Uniform smoothing inside the block, in ``[0, 1)``.
+    temperature : float
+        Sampling temperature (the issue fixes 0.7).
+    init_scale : float
+        ``initializer_range`` of the random init.
+    width, seed, heads, layers : int
+        Model width, initialisation seed (``compendium.training.seeded_init``), heads and blocks.
+    """
+    if vocab < 2 * domains or domains < 1:
+        raise ValueError(f"need vocab >= 2 * domains >= 2, got vocab={vocab}, domains={domains}")
+    if not 0 <= leak < 1 or temperature <= 0 or init_scale <= 0:
+        raise ValueError(f"need 0 <= leak < 1, temperature > 0, init_scale > 0; got {leak}, {temperature}, {init_scale}")
+    if width < 1 or heads < 1 or width % heads or layers < 1:
+        raise ValueError(f"need width divisible by heads and layers >= 1, got {width}, {heads}, {layers}")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from ...training import seeded_init
+
+    V = vocab
+    config = GPT2Config(vocab_size=V + 1, n_positions=2, n_embd=width, n_layer=layers, n_head=heads,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=init_scale,
+                        tie_word_embeddings=False, bos_token_id=V, eos_token_id=V, pad_token_id=None)
+    with seeded_init(seed):
+        model = GPT2LMHeadModel(config).eval()
+    a, b = np.divmod(np.arange((V + 1) ** 2), V + 1)
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(np.stack([a, b], axis=1))).logits[:, -1, :V]
+    scores = logits.double().numpy().reshape(V + 1, V + 1, V) / temperature
+    blocks = tuple(np.array_split(np.arange(V), domains))
+    return BlockTarget(block_law(scores, blocks, leak), blocks)
 
 
 # ------------------------------------------------------------------------------------------ draft
