@@ -103,3 +103,27 @@ def test_reference_equals_gatconv(with_bias):
         rowptr, src, order = csr_from_edge_index(ei, gr.num_nodes)
         got = segment_softmax_aggregate_reference(e[order], rowptr, src, Wx).reshape(-1, 15) + conv.bias
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+TRAIN_SCRIPT = r"""
+import json, numpy as np
+from compendium.papers import c2_gmae as paper
+gr = paper.csbm_dc(24, 4, 0.4, 4.0, 6, 1.0, np.random.default_rng(0))
+s = paper.TrainSettings(epochs=2, heads=2, head_dim=4)
+out = paper.kernel_training_gap(gr, s, 0, paper.arms(1.0, 1.0)["c2"], 3, backend="triton")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_training_through_the_interpreted_kernel_equals_gatconv():
+    """C2-full (PE, DPM, HEA bias, two views, attention dropout) trained for two epochs through the
+    Triton kernel (forced, in the interpreter on the CPU) follows the GATConv run."""
+    pytest.importorskip("triton")
+    env = kernel_env()
+    env["TRITON_INTERPRET"] = "1"                      # a CPU run even under COMPENDIUM_KERNEL_DEVICE=cuda
+    proc = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["backend"] == "triton"
+    assert res["loss_gap"] <= 1e-4 and res["embed_gap"] <= 1e-3, res

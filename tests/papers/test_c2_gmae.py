@@ -74,6 +74,61 @@ def test_laplacian_pe_eigenpairs_and_rwse_on_a_cycle():
     np.testing.assert_allclose(lam, 1 - math.cos(2 * math.pi / n), atol=1e-12)
 
 
+def test_rwse_equals_its_spectral_form_and_densities_on_a_known_graph():
+    gr = _graph(50, seed=2)
+    assert paper.rwse_error(gr, 6) < 1e-10
+    # a triangle 0-1-2 with a pendant 3 on node 2 and an isolated node 4
+    ei = torch.tensor([[0, 1, 0, 2, 1, 2, 2, 3], [1, 0, 2, 0, 2, 1, 3, 2]])
+    small = paper.Graph(torch.zeros(5, 2), np.zeros(5, int), ei, "toy")
+    np.testing.assert_array_equal(paper.node_density(small, "degree"), [2, 2, 3, 1, 0])
+    np.testing.assert_array_equal(paper.node_density(small, "kcore"), [2, 2, 2, 1, 0])
+    np.testing.assert_allclose(paper.node_density(small, "clustering"), [1, 1, 1 / 3, 0, 0])
+    with pytest.raises(ValueError):
+        paper.node_density(small, "pagerank")
+    np.testing.assert_allclose(paper.rwse(small.adjacency(), 3), paper.rwse_spectral(small.adjacency(), 3), atol=1e-12)
+
+
+def test_segment_conv_equals_gatconv_with_dropout_and_gradients():
+    gr = _graph(40, seed=5)
+    ei = paper.with_self_loops(gr.edge_index, gr.num_nodes)
+    bias = torch.log(paper.hetero_edge_weights(gr.x, ei, 2.0))
+    torch.manual_seed(0)
+    plain = paper.BiasedGATConv(8, 5, heads=3, dropout=0.3, add_self_loops=False)
+    ours = paper.SegmentGATConv(8, 5, heads=3, dropout=0.3, add_self_loops=False)
+    ours.load_state_dict(plain.state_dict())
+    for edge_attr in (None, bias):
+        for train in (True, False):
+            plain.train(train), ours.train(train)
+            torch.manual_seed(1)
+            a = plain(gr.x, ei, edge_attr=edge_attr)
+            torch.manual_seed(1)                       # the same dropout draw
+            b = ours(gr.x, ei, edge_attr=edge_attr)
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+            ga = torch.autograd.grad(a.square().sum(), plain.att_src)[0]
+            gb = torch.autograd.grad(b.square().sum(), ours.att_src)[0]
+            torch.testing.assert_close(gb, ga, atol=1e-4, rtol=1e-4)
+    plain.train(), ours.train()
+    torch.manual_seed(2)
+    a = plain(gr.x, ei)
+    torch.manual_seed(3)                               # another draw: the outputs differ (the check is not vacuous)
+    assert (ours(gr.x, ei) - a).abs().max() > 1e-3
+
+
+def test_kernel_training_gap_and_js_arm():
+    gr = _graph(60, seed=4)
+    s = paper.TrainSettings(epochs=5)
+    arms = paper.arms(1.0, 1.0, 10.0)
+    out = paper.kernel_training_gap(gr, s, 0, arms["c2"], 4)
+    assert out["backend"] == "reference" and out["loss_gap"] <= 1e-4 and out["embed_gap"] <= 1e-3
+    pe, _ = paper.laplacian_pe(gr.adjacency(), 4)
+    bins = paper.degree_quartiles(gr.degree(), np.random.default_rng(0))
+    _, js = paper.train_gmae(gr.x, gr.edge_index, pe, bins, arms["c2_js"], s, 0)
+    _, cos = paper.train_gmae(gr.x, gr.edge_index, pe, bins, arms["c2"], s, 0)
+    assert np.isfinite(js).all() and js[0] != cos[0]    # same masks and init, another consistency term
+    with pytest.raises(ValueError):
+        paper.ArmSpec(consistency="l2")
+
+
 def test_hea_weights_properties():
     gr = _graph()
     assert paper.hea_weight_violations(gr, 2.0) == {"asymmetric": 0, "below_one": 0, "non_monotone": 0}
@@ -209,8 +264,8 @@ def test_config_validation():
         paper.Config(num_seeds=1)
 
 
-def test_tiny_run_is_deterministic():
-    config = paper.Config(**TINY)
+def test_tiny_run_is_deterministic_with_variants():
+    config = paper.Config(**TINY, variants=True)
     r1, r2 = paper.run(config), paper.run(config)
     for name in config.dataset_names():
         for arm, v in r1.accuracy[name].items():
@@ -219,3 +274,9 @@ def test_tiny_run_is_deterministic():
     m = paper.measurements(r1)
     assert isinstance(m["headline"], Estimate) and m["headline_key"] in config.dataset_names()
     assert 0.0 <= m["gap_p"] <= 1.0
+    for v in paper.VARIANTS:                            # the variants: trained on the three levels, not on digits
+        assert r1.accuracy["h=0.5"][v].shape == (2,) and v not in r1.accuracy["digits"]
+        assert isinstance(m["variants"][v]["vs_c2"], Estimate) and 0 <= m["variants"][v]["passing"] <= 3
+    assert "rwse_only" in r1.accuracy["h=0.2"] and isinstance(m["js_loss_js"], Estimate)
+    assert r1.checks["rwse_error"] < 1e-8 and r1.checks["kernel_training"]["loss_gap"] <= 1e-4
+    assert set(r1.checks["density_coverage"]) == {"random", "degree", "kcore", "clustering"}

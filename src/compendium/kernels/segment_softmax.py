@@ -12,9 +12,13 @@ torch_geometric's ``GATConv`` computes this with ``softmax`` (scatter max, exp, 
 ``segment_softmax_aggregate_triton`` does it in one pass per (node, head) with an online softmax
 over chunks of the segment (running max ``m``, normaliser ``l`` and accumulator, rescaled by
 ``exp(m_old - m_new)`` when the max grows), so neither is materialised. The reference defines the
-result; Triton is imported lazily. The chapter's models use ``GATConv``; the kernel is checked
-against the reference in Triton's interpreter and the reference against ``GATConv``. It is not
-timed (no GPU here) and joins ``benchmarks/gpu_check.sh`` only if it beats the library on a GPU.
+result; Triton is imported lazily. The dispatcher is differentiable: the reference through
+autograd, the kernel through :class:`_TritonAggregate` (forward by the kernel, backward by
+recomputing the reference), so a sparse GAT layer can train through it (the C2-GMAE chapter's
+``SegmentGATConv``). The chapter's arms use ``GATConv``; its ledger trains through this module
+(the reference on the CPU) and compares loss curves; the tests compare the kernel with the
+reference in Triton's interpreter, including a short training run. Timed against ``GATConv`` by
+``benchmarks/c2_gmae_kernels.py`` on a GPU only.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def segment_softmax_aggregate_reference(logits: torch.Tensor, rowptr: torch.Tens
     target = torch.repeat_interleave(torch.arange(n, device=logits.device), rowptr[1:] - rowptr[:-1])
     e = logits.float()
     seg_max = torch.full((n, H), float("-inf"), device=e.device).scatter_reduce(0, target[:, None].expand(E, H), e, "amax")
-    p = torch.exp(e - seg_max[target])
+    p = torch.exp(e - seg_max.detach()[target])                  # any shift gives the same softmax
     denom = torch.zeros(n, H, device=e.device).index_add_(0, target, p)
     alpha = p / denom[target]
     out = torch.zeros(n, H, values.shape[2], device=e.device).index_add_(0, target, alpha[:, :, None] * values.float()[src])
@@ -129,11 +133,36 @@ def segment_softmax_aggregate_triton(logits: torch.Tensor, rowptr: torch.Tensor,
     return out.to(values.dtype)
 
 
+class _TritonAggregate(torch.autograd.Function):
+    """The kernel forward; the backward recomputes the reference and differentiates it (the kernel
+    has no backward of its own), so gradients are the reference's."""
+
+    @staticmethod
+    def forward(ctx, logits, values, rowptr, src):
+        ctx.save_for_backward(logits, values, rowptr, src)
+        return segment_softmax_aggregate_triton(logits, rowptr, src, values)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, values, rowptr, src = ctx.saved_tensors
+        with torch.enable_grad():
+            e = logits.detach().requires_grad_(ctx.needs_input_grad[0])
+            v = values.detach().requires_grad_(ctx.needs_input_grad[1])
+            out = segment_softmax_aggregate_reference(e, rowptr, src, v)
+            wrt = [t for t in (e, v) if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, wrt, grad_out)) if wrt else iter(())
+        return (next(grads) if ctx.needs_input_grad[0] else None, next(grads) if ctx.needs_input_grad[1] else None,
+                None, None)
+
+
 def segment_softmax_aggregate(logits, rowptr, src, values, *, backend: str = "auto"):
-    """Dispatch: the Triton kernel on CUDA (``backend='auto'``), the reference elsewhere."""
+    """Dispatch: the Triton kernel on CUDA (``backend='auto'``), the reference elsewhere; both
+    differentiable in ``logits`` and ``values``."""
     from . import use_triton
 
     why_not = f"C = {values.shape[-1]} exceeds the kernel's 1024" if values.shape[-1] > 1024 else None
     if use_triton(backend, logits, why_not=why_not, name="segment_softmax_aggregate"):
+        if torch.is_grad_enabled() and (logits.requires_grad or values.requires_grad):
+            return _TritonAggregate.apply(logits, values, rowptr, src)
         return segment_softmax_aggregate_triton(logits, rowptr, src, values)
     return segment_softmax_aggregate_reference(logits, rowptr, src, values)

@@ -19,9 +19,11 @@ C2 (all inferred, each switchable, ``model.ArmSpec``):
 
 - PE: input :math:`[\tilde x \| P]`, :math:`P` the first ``k`` non-trivial eigenvectors of
   :math:`I - D^{-1/2} A D^{-1/2}` (random column signs while training), never masked
-  (``graphs.laplacian_pe``; ``graphs.rwse`` is implemented and tested but not run).
-- Consistency: two masks per step, :math:`L = \bar L_{\rm SCE} + \mu\,\mathrm{mean}_{M_1 \cap M_2}(1 - \cos(h^{(1)}_i, h^{(2)}_i))`.
-- DPM: degree-quantile bins :math:`P_q` (Q = 4), exactly :math:`\mathrm{round}(\rho |P_q|)` masked per
+  (``graphs.laplacian_pe``); variant: RWSE :math:`[\mathrm{diag}((D^{-1}A)^r)]_{r=1..k}` (``graphs.rwse``, no sign flips).
+- Consistency: two masks per step, :math:`L = \bar L_{\rm SCE} + \mu\,\mathrm{mean}_{M_1 \cap M_2}(1 - \cos(h^{(1)}_i, h^{(2)}_i))`;
+  variant: :math:`\mu_{\rm JS}\,\mathrm{mean}_{M_1 \cap M_2} \mathrm{JS}(a^{(1)}_i \| a^{(2)}_i)` on the last encoder
+  layer's attention (per head, before dropout).
+- DPM: degree-quantile bins :math:`P_q` (Q = 4; variants: k-core number or local clustering, ``graphs.node_density``), exactly :math:`\mathrm{round}(\rho |P_q|)` masked per
   bin, drawn :math:`\propto \exp(-\tau c_i)` with :math:`c_i` the node's past mask count.
 - HEA: :math:`w_{ij} = 1 + \beta (1 - \cos(x_i, x_j))/2`, :math:`\log w_{ij}` added to the GAT logits.
 
@@ -33,7 +35,9 @@ fixed masks; paired intervals over training seeds, Mantel permutation test for p
 What is ours and what is a library's
 ------------------------------------
 GAT layers: ``torch_geometric.nn.GATConv`` (``BiasedGATConv`` overrides only ``edge_update`` to add
-the HEA bias). Training: ``compendium.training.fit`` with ``torch.optim.Adam``. Probe: sklearn's
+the HEA bias; ``SegmentGATConv`` routes softmax + aggregation through
+``compendium.kernels.segment_softmax``, used by the kernel training check). k-core numbers and
+clustering coefficients: ``networkx``. Training: ``compendium.training.fit`` with ``torch.optim.Adam``. Probe: sklearn's
 ``LogisticRegression``. Ours: the masking and SCE loss (GraphMAE's, as its code describes them),
 every C2 part, the CSBM and digits-kNN generators, the metrics.
 
@@ -46,8 +50,11 @@ Small-scale deviations
 - One graph per dataset and chapter seed: intervals are over training seeds on that graph; a
   seed sweep redraws the graphs.
 - GCNConv is not used: GraphMAE's encoder and decoder are GATs and HEA acts on GAT logits.
-- The Triton segment-softmax kernel (``compendium.kernels.segment_softmax``) is tested against its
-  reference and GATConv but not used in training and not timed (no GPU here).
+- The arms train on ``GATConv``; the segment-softmax kernel module is trained through only in the
+  ledger's check (its reference on the CPU; the Triton kernel in the interpreter in the tests)
+  and is not timed (no GPU here; ``benchmarks/c2_gmae_kernels.py`` times it on one).
+- The four C2-full variants (RWSE, JS consistency, k-core and clustering densities) run at full
+  scale only (``variants``); the smoke run has no room for them within 60 s.
 - Mean degree 4 (a first build at 10 saturated GraphMAE at h = 0.8, failing the headroom control).
 """
 
@@ -55,15 +62,19 @@ from .experiment import (
     DEV_SEED,
     DIGITS,
     LEVEL_CI,
+    VARIANTS,
     Config,
     Result,
     bit_for_bit_gap,
     calibrate_noise,
+    coverage_by_density,
     coverage_histograms,
     deciding_level,
     dev_feature_probe,
     dev_graphs,
     hea_weight_violations,
+    kernel_equals_reference,
+    kernel_training_gap,
     laplacian_pe_error,
     levels_passing,
     make_datasets,
@@ -71,9 +82,12 @@ from .experiment import (
     measurements,
     reference_graphmae_losses,
     run,
+    rwse_error,
+    segment_conv,
     select_beta_mu,
 )
 from .graphs import (
+    DENSITIES,
     Graph,
     csbm_dc,
     degree_quartiles,
@@ -82,13 +96,16 @@ from .graphs import (
     feature_probe_accuracy,
     hetero_edge_weights,
     laplacian_pe,
+    node_density,
     probe_accuracy,
     rwse,
+    rwse_spectral,
     split_nodes,
 )
 from .model import (
     ArmSpec,
     BiasedGATConv,
+    SegmentGATConv,
     CoverageMemory,
     GraphMAE,
     TrainSettings,

@@ -18,12 +18,14 @@ from . import model as m
 
 __all__ = ["Config", "Result", "run", "make_datasets", "calibrate_noise", "mask_count_checks",
            "coverage_histograms", "hea_weight_violations", "laplacian_pe_error", "reference_graphmae_losses",
-           "bit_for_bit_gap", "measurements", "dev_graphs", "dev_feature_probe", "DEV_SEED", "levels_passing", "deciding_level", "select_beta_mu", "LEVEL_CI"]
+           "bit_for_bit_gap", "measurements", "rwse_error", "coverage_by_density", "segment_conv",
+           "kernel_training_gap", "kernel_equals_reference", "VARIANTS", "dev_graphs", "dev_feature_probe", "DEV_SEED", "levels_passing", "deciding_level", "select_beta_mu", "LEVEL_CI"]
 
 LEVEL_CI = 0.90          # two-sided 90% t interval: lower end > 0  <=>  one-sided paired t p < 0.05
 SCE_CLOSE = 0.02         # the motivating observation: final SCE within 2% (relative)
 ACC_APART = 0.02         # ... and probe accuracy more than 2 points apart
 DIGITS = "digits"
+VARIANTS = ("c2_rwse", "c2_js", "c2_kcore", "c2_clustering")   # C2-full with one part swapped (``variants``)
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,11 @@ class Config:
     pe_dim: int = 8
     hea_beta: float = 1.0
     consistency_weight: float = 1.0
+    consistency_weight_js: float = 100.0
     coverage_tau: float = 1.0
     learning_rate: float = 0.005
     ablations: bool = False
+    variants: bool = False
     check_graphs: int = 100
     check_epochs: int = 50
 
@@ -76,6 +80,7 @@ class Config:
         require_int("pe_dim", self.pe_dim, 1, 64)
         require_number("hea_beta", self.hea_beta, 0.0, 100.0, low_open=True)
         require_number("consistency_weight", self.consistency_weight, 0.0, 100.0, low_open=True)
+        require_number("consistency_weight_js", self.consistency_weight_js, 0.0, 1000.0, low_open=True)
         require_number("coverage_tau", self.coverage_tau, 0.0, 1e6)
         require_number("learning_rate", self.learning_rate, 0.0, 1.0, low_open=True)
         require_int("check_graphs", self.check_graphs, 1, 1000)
@@ -239,6 +244,102 @@ def laplacian_pe_error(graph: g.Graph, k: int) -> float:
     return float(max(np.abs(L @ P - P * lam).max(), np.abs(P.T @ P - np.eye(k)).max()))
 
 
+def rwse_error(graph: g.Graph, k: int) -> float:
+    """max |rwse - rwse_spectral| (matrix powers against the eigendecomposition of D^-1/2 A D^-1/2)."""
+    A = graph.adjacency()
+    return float(np.abs(g.rwse(A, k) - g.rwse_spectral(A, k)).max())
+
+
+def coverage_by_density(graph: g.Graph, config: Config, epochs: int, seed: int) -> dict:
+    """Per density measure (and random masks): over ``epochs`` epochs of masking, the largest
+    deviation of the mask rate within a *degree* quartile from ``mask_rate`` (mean over epochs),
+    the standard deviation of the per-node mask counts, and for each measure how many distinct
+    values it takes and the fraction of nodes sharing its most common value (ties are broken at
+    random when binning)."""
+    rng = np.random.default_rng([seed, 19])
+    deg_q = g.degree_quartiles(graph.degree(), rng)
+    out = {}
+    for kind in ("random",) + g.DENSITIES:
+        gen = torch.Generator().manual_seed(seed)
+        counts = np.zeros(graph.num_nodes)
+        dev = np.zeros(4)
+        mem = None if kind == "random" else m.CoverageMemory(
+            deg_q if kind == "degree" else g.degree_quartiles(g.node_density(graph, kind), rng), config.coverage_tau)
+        for _ in range(epochs):
+            mask = (m.random_mask(graph.num_nodes, config.mask_rate, gen) if mem is None
+                    else m.density_partition_mask(mem, config.mask_rate, gen)).numpy()
+            counts[mask] += 1
+            dev += np.abs(np.bincount(deg_q[mask], minlength=4) / np.bincount(deg_q, minlength=4) - config.mask_rate)
+        out[kind] = {"degree_quartile_rate_error": float((dev / epochs).max()), "count_sd": float(counts.std())}
+        if kind != "random":
+            values = g.node_density(graph, kind)
+            out[kind]["distinct_values"] = int(np.unique(values).size)
+            out[kind]["largest_tie_fraction"] = float(np.unique(values, return_counts=True)[1].max() / values.size)
+    return out
+
+
+def segment_conv(backend: str = "auto"):
+    """``SegmentGATConv`` with a fixed kernel ``backend`` (a subclass, since ``train_gmae`` takes a class)."""
+    return type(f"SegmentGATConv_{backend}", (m.SegmentGATConv,), {"backend": backend})
+
+
+def kernel_training_gap(graph: g.Graph, settings: m.TrainSettings, seed: int, arm: m.ArmSpec, pe_dim: int,
+                        backend: str = "auto") -> dict:
+    """Train ``arm`` twice from the same seed, once on ``BiasedGATConv`` (torch_geometric's softmax
+    and propagate) and once on ``SegmentGATConv`` (the segment-softmax kernel module, ``backend``):
+    largest loss difference over the epochs and largest difference of the trained models'
+    embeddings (each through its own layer), and which backend ran."""
+    from compendium.kernels import use_triton
+
+    pe, _ = g.laplacian_pe(graph.adjacency(), pe_dim)
+    bins = g.degree_quartiles(graph.degree(), np.random.default_rng(seed))
+    with torch_threads(1):
+        ref, ref_loss = m.train_gmae(graph.x, graph.edge_index, pe, bins, arm, settings, seed)
+        ker, ker_loss = m.train_gmae(graph.x, graph.edge_index, pe, bins, arm, settings, seed, conv=segment_conv(backend))
+        gap = float(np.abs(m.embed(ref, graph.x) - m.embed(ker, graph.x)).max())
+    ran = "triton" if use_triton(backend, graph.x) else "reference"
+    return {"loss_gap": float(np.abs(ref_loss - ker_loss).max()), "embed_gap": gap, "backend": ran,
+            "epochs": settings.epochs}
+
+
+_KERNEL_SCRIPT = r"""
+import json, sys, torch
+from compendium.kernels.segment_softmax import (csr_from_edge_index, segment_softmax_aggregate_reference,
+                                                segment_softmax_aggregate_triton)
+device, seed = sys.argv[1], int(sys.argv[2])
+gen = torch.Generator().manual_seed(seed)
+worst, cases = 0.0, 0
+for n, H, C, p in ((20, 2, 5, 0.2), (18, 1, 3, 1.0), (6, 2, 4, 0.0)):   # sparse; segments of 18 > block 16; no edges
+    A = torch.rand(n, n, generator=gen) < p
+    rowptr, src, order = csr_from_edge_index(A.nonzero().T.flip(0), n)
+    e = 4 * torch.randn(src.numel(), H, generator=gen)
+    v = torch.randn(n, H, C, generator=gen)
+    ref = segment_softmax_aggregate_reference(e, rowptr, src, v)
+    ker = segment_softmax_aggregate_triton(*[t.to(device) for t in (e, rowptr, src, v)]).cpu()
+    worst, cases = max(worst, float((ker - ref).abs().max())), cases + 1
+print(json.dumps({"max_error": worst, "cases": cases}))
+"""
+
+
+def kernel_equals_reference(device: str = "cpu", seed: int = 0, timeout: float = 300) -> dict:
+    """The Triton segment-softmax kernel against its reference on three small shapes (a sparse
+    graph, segments longer than a block, no edges): compiled on CUDA, in Triton's interpreter on
+    the CPU (a subprocess: ``TRITON_INTERPRET`` must be set before Triton is imported)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    if device == "cuda":
+        env.pop("TRITON_INTERPRET", None)
+    else:
+        env["TRITON_INTERPRET"] = "1"
+    out = subprocess.run([sys.executable, "-c", _KERNEL_SCRIPT, "cuda" if device == "cuda" else "cpu", str(seed)],
+                         env=env, capture_output=True, text=True, timeout=timeout, check=True)
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "mode": "compiled" if device == "cuda" else "interpreter"}
+
+
 def reference_graphmae_losses(x: torch.Tensor, edge_index: torch.Tensor, settings: m.TrainSettings, seed: int) -> np.ndarray:
     """A plain GraphMAE training loop (torch_geometric ``GATConv``, ``torch.optim.Adam``, no C2
     code path: no bias, no PE, one view, random masks), seeded as :func:`model.train_gmae` is.
@@ -291,20 +392,22 @@ def _train_seed(seed: int, dataset_index: int, s: int) -> int:
     return 100_000 * seed + 1_000 * dataset_index + 10 * s
 
 
-def run(config: Config, progress=None) -> Result:
+def run(config: Config, progress=None, kernel_backend: str = "auto") -> Result:
     """Train every arm on every dataset for ``num_seeds`` training seeds and probe it (one torch
-    thread and one BLAS thread throughout: faster for these sizes on a shared machine)."""
+    thread and one BLAS thread throughout: faster for these sizes on a shared machine).
+    ``kernel_backend`` is the segment-softmax backend of the kernel training check."""
     from threadpoolctl import threadpool_limits
 
     with torch_threads(1), threadpool_limits(1):
-        return _run(config, progress)
+        return _run(config, progress, kernel_backend)
 
 
-def _run(config: Config, progress=None) -> Result:
+def _run(config: Config, progress=None, kernel_backend: str = "auto") -> Result:
     res = Result(config)
     settings = config.settings()
-    trained = m.arms(config.hea_beta, config.consistency_weight)
-    keep = ["graphmae", "graphmae_pe", "c2", "c2_no_dpm", "c2_no_hea"] + (["c2_no_pe", "c2_no_cons"] if config.ablations else [])
+    trained = m.arms(config.hea_beta, config.consistency_weight, config.consistency_weight_js)
+    keep = (["graphmae", "graphmae_pe", "c2", "c2_no_dpm", "c2_no_hea"] + (["c2_no_pe", "c2_no_cons"] if config.ablations else [])
+            + (list(VARIANTS) if config.variants else []))
     datasets = make_datasets(config)
     for di, (name, graph) in enumerate(datasets.items()):
         rng = np.random.default_rng([config.seed, 13, di])
@@ -312,9 +415,17 @@ def _run(config: Config, progress=None) -> Result:
         bins = g.degree_quartiles(graph.degree(), rng)
         test_q = bins[split["test"]]
         pe, _ = g.laplacian_pe(graph.adjacency(), config.pe_dim)
+        pes = {"laplacian": pe}
+        density_bins = {"degree": bins}
+        if config.variants and name != DIGITS:
+            pes["rwse"] = g.rwse(graph.adjacency(), config.pe_dim)
+            drng = np.random.default_rng([config.seed, 18, di])
+            for kind in g.DENSITIES[1:]:
+                density_bins[kind] = g.degree_quartiles(g.node_density(graph, kind), drng)
         arm_names = keep if name != DIGITS else ["graphmae", "c2"]
         arm_names = arm_names + (["graphmae_b"] if name != DIGITS else [])
-        acc = {a: [] for a in arm_names + ["random_init", "pe_only"]}
+        probes = ["random_init", "pe_only"] + (["rwse_only"] if "rwse" in pes else [])
+        acc = {a: [] for a in arm_names + probes}
         quart = {a: [] for a in acc}
         sce, js, curves = {a: [] for a in arm_names}, {a: [] for a in arm_names}, {a: [] for a in arm_names}
 
@@ -328,7 +439,8 @@ def _run(config: Config, progress=None) -> Result:
             for arm in arm_names:
                 spec = trained["graphmae"] if arm == "graphmae_b" else trained[arm]
                 ts = seed_s + 5 if arm == "graphmae_b" else seed_s
-                model, losses = m.train_gmae(graph.x, graph.edge_index, pe, bins, spec, settings, ts)
+                model, losses = m.train_gmae(graph.x, graph.edge_index, pes[spec.pe_kind], density_bins[spec.density],
+                                             spec, settings, ts)
                 record(arm, m.embed(model, graph.x))
                 eval_seed = seed_s + 7                          # the same evaluation masks for every arm
                 sce[arm].append(m.final_sce(model, graph.x, settings, eval_seed))
@@ -338,6 +450,8 @@ def _run(config: Config, progress=None) -> Result:
                 rand_model = m.attach(m.GraphMAE(graph.x.shape[1], 0, settings), graph.edge_index, graph.num_nodes)
             record("random_init", m.embed(rand_model, graph.x))
             record("pe_only", pe)
+            if "rwse" in pes:
+                record("rwse_only", pes["rwse"])
             if progress:
                 progress(name, s)
         res.accuracy[name] = {a: np.array(v) for a, v in acc.items()}
@@ -355,9 +469,13 @@ def _run(config: Config, progress=None) -> Result:
     res.checks["coverage"] = coverage_histograms(first, config, config.check_epochs, config.seed)
     res.checks["hea"] = hea_weight_violations(first, config.hea_beta)
     res.checks["pe_error"] = max(laplacian_pe_error(d, config.pe_dim) for d in datasets.values())
+    res.checks["rwse_error"] = max(rwse_error(d, config.pe_dim) for d in datasets.values())
+    res.checks["density_coverage"] = coverage_by_density(first, config, config.check_epochs, config.seed)
     small = g.csbm_dc(120, 4, 0.5, 6.0, 16, 1.0, np.random.default_rng([config.seed, 15]))
-    res.checks["bit_for_bit"] = bit_for_bit_gap(small, m.TrainSettings(epochs=20, mask_rate=config.mask_rate,
-                                                                       replace_rate=config.replace_rate), config.seed)
+    small_settings = m.TrainSettings(epochs=20, mask_rate=config.mask_rate, replace_rate=config.replace_rate)
+    res.checks["bit_for_bit"] = bit_for_bit_gap(small, small_settings, config.seed)
+    res.checks["kernel_training"] = kernel_training_gap(small, small_settings, config.seed, trained["c2"], config.pe_dim,
+                                                        backend=kernel_backend)
     return res
 
 
@@ -449,12 +567,23 @@ def measurements(res: Result) -> dict:
     gaps_acc = [np.abs(a[:, None] - a[None, :]) for a in acc_runs]
     gaps_js = [np.abs(j[:, None] - j[None, :]) for j in js_runs]
     out["gap_rho"], out["gap_p"] = mantel_spearman(gaps_acc, gaps_js, rng=np.random.default_rng([c.seed, 17]), permutations=2000)
+    if c.variants:
+        out["variants"] = {}
+        for v in VARIANTS:
+            lv = {k: _diff(res, k, v, "graphmae") for k in levels}
+            key, est = deciding_level(lv)
+            vs_c2 = mean_interval(np.mean([A[k][v] - A[k]["c2"] for k in levels], 0), level=LEVEL_CI, unit="training seeds")
+            out["variants"][v] = {"levels": lv, "key": key, "headline": est, "passing": levels_passing(lv), "vs_c2": vs_c2}
+        out["js_loss_js"] = mean_interval(np.mean([J[k]["c2_js"] - J[k]["c2"] for k in levels], 0), level=LEVEL_CI,
+                                          unit="training seeds")
     return out
 
 
-def select_beta_mu(config: Config, betas=(0.5, 1.0, 2.0), mus=(0.1, 1.0), seeds: int = 2) -> dict:
+def select_beta_mu(config: Config, betas=(0.5, 1.0, 2.0), mus=(0.1, 1.0), seeds: int = 2, consistency: str = "cosine") -> dict:
     """Dev selection of (beta, mu): C2-full on the CSBM dev graph (h = 0.5, ``DEV_SEED``), mean
-    *validation* probe accuracy over ``seeds`` training seeds; returns every cell and the best."""
+    *validation* probe accuracy over ``seeds`` training seeds; returns every cell and the best.
+    The JS variant's weight is chosen the same way with ``consistency='js'``, ``betas=(1.0,)``
+    (the frozen beta) and ``mus=(0.1, 1, 10, 100)``."""
     graph = dev_graphs(config, num_nodes=config.num_nodes)["csbm"]
     dev_seed = DEV_SEED
     rng = np.random.default_rng([dev_seed, 13])
@@ -463,7 +592,7 @@ def select_beta_mu(config: Config, betas=(0.5, 1.0, 2.0), mus=(0.1, 1.0), seeds:
     pe, _ = g.laplacian_pe(graph.adjacency(), config.pe_dim)
     table = {}
     for beta, mu in itertools.product(betas, mus):
-        arm = m.ArmSpec(use_pe=True, consistency_weight=mu, use_dpm=True, hea_beta=beta)
+        arm = m.ArmSpec(use_pe=True, consistency_weight=mu, use_dpm=True, hea_beta=beta, consistency=consistency)
         accs = []
         for s in range(seeds):
             model, _ = m.train_gmae(graph.x, graph.edge_index, pe, bins, arm, config.settings(), dev_seed * 10 + s)

@@ -8,6 +8,8 @@ r"""Graphs, structural encodings and edge weights of the chapter.
 - :func:`laplacian_pe` (eigenvectors of :math:`L = I - D^{-1/2} A D^{-1/2}`), :func:`rwse`
   (:math:`\mathrm{diag}((D^{-1}A)^r)`, r = 1..k), :func:`hetero_edge_weights`
   (:math:`w_{ij} = 1 + \beta (1 - \cos(x_i, x_j)) / 2`), degree quartiles and splits.
+- :func:`node_density`: the density a node is binned by in density-partitioned masking: degree,
+  k-core number or local clustering coefficient (the last two from ``networkx``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 import torch
 
 __all__ = ["Graph", "csbm_dc", "digits_knn", "laplacian_pe", "rwse", "hetero_edge_weights",
-           "degree_quartiles", "split_nodes", "edge_homophily", "feature_probe_accuracy", "probe_accuracy"]
+           "degree_quartiles", "node_density", "DENSITIES", "rwse_spectral", "split_nodes", "edge_homophily", "feature_probe_accuracy", "probe_accuracy"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,36 @@ def rwse(A: np.ndarray, k: int) -> np.ndarray:
     return np.stack(out, 1)
 
 
+def rwse_spectral(A: np.ndarray, k: int) -> np.ndarray:
+    r""":func:`rwse` another way, for its check: with :math:`S = D^{-1/2} A D^{-1/2} = U \Lambda U^\top`,
+    :math:`M^r = D^{-1/2} S^r D^{1/2}`, so :math:`\mathrm{diag}(M^r)_i = \sum_j U_{ij}^2 \lambda_j^r`."""
+    A = np.asarray(A, dtype=float)
+    deg = A.sum(1)
+    dinv = 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0))
+    lam, U = np.linalg.eigh(dinv[:, None] * A * dinv[None, :])
+    return np.stack([(U**2) @ lam**r for r in range(1, k + 1)], 1)
+
+
+DENSITIES = ("degree", "kcore", "clustering")
+
+
+def node_density(graph: "Graph", kind: str) -> np.ndarray:
+    """Per-node density for density-partitioned masking: ``degree``; ``kcore`` (the largest k of a
+    k-core holding the node, ``networkx.core_number``); ``clustering`` (the local clustering
+    coefficient, ``networkx.clustering``: triangles through the node over degree choose 2)."""
+    if kind == "degree":
+        return graph.degree().astype(float)
+    if kind not in DENSITIES:
+        raise ValueError(f"density must be one of {DENSITIES}, got {kind!r}")
+    import networkx as nx
+
+    G = nx.Graph()
+    G.add_nodes_from(range(graph.num_nodes))
+    G.add_edges_from(graph.edge_index.T.tolist())
+    values = nx.core_number(G) if kind == "kcore" else nx.clustering(G)
+    return np.array([values[i] for i in range(graph.num_nodes)], dtype=float)
+
+
 def hetero_edge_weights(x: torch.Tensor, edge_index: torch.Tensor, beta: float) -> torch.Tensor:
     r""":math:`w_{ij} = 1 + \beta (1 - \cos(x_i, x_j)) / 2` per edge, shape ``(E,)``; ``beta >= 0``."""
     if beta < 0:
@@ -155,8 +187,8 @@ def hetero_edge_weights(x: torch.Tensor, edge_index: torch.Tensor, beta: float) 
 
 
 def degree_quartiles(degree: np.ndarray, rng: np.random.Generator, bins: int = 4) -> np.ndarray:
-    """Bin index (0 = lowest degree) of every node: rank by degree, ties broken at random, then
-    ``bins`` equal-count groups (sizes differ by at most one)."""
+    """Bin index (0 = lowest) of every node: rank by ``degree`` (or any density), ties broken at
+    random, then ``bins`` equal-count groups (sizes differ by at most one)."""
     n = len(degree)
     order = np.lexsort((rng.random(n), degree))
     q = np.empty(n, dtype=int)

@@ -10,15 +10,25 @@ nodes, :math:`L_{\rm SCE} = \mathrm{mean}_{i \in M} (1 - \cos(x_i, z_i))^\alpha`
 C2 switches (every formula inferred, none read):
 
 - ``use_pe``: the encoder input is :math:`[\tilde x \,\|\, P]` with Laplacian PE ``P`` (random sign flip
-  per column and step); only ``x`` is masked.
+  per column and step) or, with ``pe_kind='rwse'``, the random-walk encoding (no sign flips: it has
+  no sign ambiguity); only ``x`` is masked. The caller passes the ``P`` of ``pe_kind``.
 - ``consistency_weight`` :math:`\mu > 0`: two independent masks per step (one forward over a
   disjoint union of the two views); :math:`L = \tfrac12 (L^{(1)}_{\rm SCE} + L^{(2)}_{\rm SCE}) +
-  \mu\,\mathrm{mean}_{i \in M_1 \cap M_2} (1 - \cos(h^{(1)}_i, h^{(2)}_i))`, ``h`` the encoder output.
-- ``use_dpm``: density-partitioned masking: degree-quantile bins, exactly
+  \mu\,\mathrm{mean}_{i \in M_1 \cap M_2} (1 - \cos(h^{(1)}_i, h^{(2)}_i))`, ``h`` the encoder output;
+  with ``consistency='js'`` the term is instead the Jensen-Shannon divergence between the last
+  encoder layer's attention distributions of node ``i`` in the two views (per head, before
+  attention dropout), averaged over heads and :math:`M_1 \cap M_2`.
+- ``use_dpm``: density-partitioned masking: density-quantile bins (the caller passes the bins of
+  ``density``: degree, k-core number or local clustering), exactly
   :math:`\mathrm{round}(\rho |P_q|)` masked nodes per bin, chosen with probability
   :math:`\propto \exp(-\tau c_i)` (Gumbel top-k; ``c_i`` the node's past mask count).
 - ``hea_beta`` :math:`\beta > 0`: :math:`\log w_{ij}` added to every GAT logit after the LeakyReLU,
   so attention becomes :math:`\propto w_{ij} \exp(e_{ij})` (self loops: :math:`w_{ii} = 1`).
+
+``SegmentGATConv`` is ``BiasedGATConv`` with its softmax and aggregation done by
+:func:`compendium.kernels.segment_softmax.segment_softmax_aggregate` (the Triton kernel on CUDA
+tensors, its PyTorch reference elsewhere, or forced with ``backend``); ``train_gmae(conv=...)``
+trains through it.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from torch_geometric.utils import softmax
 
 from compendium.training import TrainSpec, fit, seeded_init
 
-__all__ = ["ArmSpec", "TrainSettings", "BiasedGATConv", "GraphMAE", "sce_loss", "random_mask",
+__all__ = ["ArmSpec", "TrainSettings", "BiasedGATConv", "SegmentGATConv", "GraphMAE", "sce_loss", "random_mask",
            "density_partition_mask", "CoverageMemory", "split_mask", "train_gmae", "embed", "attach", "with_self_loops",
            "attention_js", "ARMS"]
 
@@ -48,6 +58,17 @@ class ArmSpec:
     consistency_weight: float = 0.0
     use_dpm: bool = False
     hea_beta: float = 0.0
+    pe_kind: str = "laplacian"        # "laplacian" | "rwse" (which PE the caller passes; sign flips for laplacian only)
+    consistency: str = "cosine"       # "cosine" | "js"
+    density: str = "degree"           # "degree" | "kcore" | "clustering" (which bins the caller passes)
+
+    def __post_init__(self):
+        if self.pe_kind not in ("laplacian", "rwse"):
+            raise ValueError(f"pe_kind must be 'laplacian' or 'rwse', got {self.pe_kind!r}")
+        if self.consistency not in ("cosine", "js"):
+            raise ValueError(f"consistency must be 'cosine' or 'js', got {self.consistency!r}")
+        if self.density not in ("degree", "kcore", "clustering"):
+            raise ValueError(f"density must be 'degree', 'kcore' or 'clustering', got {self.density!r}")
 
 
 @dataclass(frozen=True)
@@ -66,8 +87,10 @@ class TrainSettings:
     coverage_tau: float = 1.0
 
 
-def arms(beta: float, mu: float) -> dict:
-    """The trained arms of the chapter: GraphMAE, GraphMAE + PE, C2-full, C2 minus each part."""
+def arms(beta: float, mu: float, mu_js: float = 1.0) -> dict:
+    """The trained arms of the chapter: GraphMAE, GraphMAE + PE, C2-full, C2 minus each part, and
+    the C2-full variants: RWSE for the Laplacian PE, the JS consistency loss (weight ``mu_js``) for
+    the cosine one, k-core or clustering for degree as the density of the partition."""
     full = dict(use_pe=True, consistency_weight=mu, use_dpm=True, hea_beta=beta)
     return {
         "graphmae": ArmSpec(),
@@ -77,6 +100,10 @@ def arms(beta: float, mu: float) -> dict:
         "c2_no_cons": ArmSpec(**{**full, "consistency_weight": 0.0}),
         "c2_no_dpm": ArmSpec(**{**full, "use_dpm": False}),
         "c2_no_hea": ArmSpec(**{**full, "hea_beta": 0.0}),
+        "c2_rwse": ArmSpec(**full, pe_kind="rwse"),
+        "c2_js": ArmSpec(**{**full, "consistency_weight": mu_js}, consistency="js"),
+        "c2_kcore": ArmSpec(**full, density="kcore"),
+        "c2_clustering": ArmSpec(**full, density="clustering"),
     }
 
 
@@ -88,15 +115,60 @@ class BiasedGATConv(GATConv):
     """``GATConv`` whose logits get an additive per-edge bias (``edge_attr``, shape ``(E,)``) after
     the LeakyReLU; with ``edge_attr=None`` it is ``GATConv`` unchanged. Self loops added by the
     layer get ``fill_value`` (pass 0.0: weight 1); the chapter adds them once beforehand instead
-    (:func:`with_self_loops`, ``add_self_loops=False``), which saves two edge rebuilds per call."""
+    (:func:`with_self_loops`, ``add_self_loops=False``), which saves two edge rebuilds per call.
+
+    With ``keep_attention = True`` the layer also stores its attention before dropout in
+    ``self.attention`` ``(E, heads)`` (the JS consistency loss needs it with gradients)."""
+
+    keep_attention = False
 
     def edge_update(self, alpha_j, alpha_i, edge_attr, index, ptr, dim_size):
-        if edge_attr is None:
+        if edge_attr is None and not self.keep_attention:
             return super().edge_update(alpha_j, alpha_i, edge_attr, index, ptr, dim_size)
         alpha = alpha_j if alpha_i is None else alpha_j + alpha_i
-        alpha = F.leaky_relu(alpha, self.negative_slope) + edge_attr.view(-1, 1)   # + log w_ij
+        alpha = F.leaky_relu(alpha, self.negative_slope)
+        if edge_attr is not None:
+            alpha = alpha + edge_attr.view(-1, 1)                              # + log w_ij
         alpha = softmax(alpha, index, ptr, dim_size)
+        if self.keep_attention:
+            self.attention = alpha
         return F.dropout(alpha, p=self.dropout, training=self.training)
+
+
+class SegmentGATConv(BiasedGATConv):
+    r"""``BiasedGATConv`` whose softmax + aggregation run through the segment-softmax kernel module
+    (``backend``: ``'auto'`` = Triton on CUDA tensors, the PyTorch reference elsewhere; ``'triton'``
+    forces the kernel, on the CPU only under ``TRITON_INTERPRET=1``). Same parameters, so a state
+    dict moves between the two. Attention dropout is exact: with the dropout draw ``d_e`` (0 or
+    ``1/(1-p)``, drawn as ``GATConv`` draws it), :math:`\sum_e \alpha_e d_e v_e` is the kernel on the
+    kept edges' logits (dropped ones pushed down by 1e4, so exp gives exactly 0 in float32) times
+    :math:`S_i = \sum_e \alpha_e d_e`, the kernel again with the per-edge values ``d``. Calls that ask
+    for the attention weights (or ``keep_attention``) go through ``GATConv``'s own path."""
+
+    backend = "auto"
+
+    def forward(self, x, edge_index, edge_attr=None, return_attention_weights=None):
+        from compendium.kernels.segment_softmax import csr_from_edge_index, segment_softmax_aggregate
+
+        if return_attention_weights or self.keep_attention or not isinstance(x, torch.Tensor) or self.res is not None:
+            return super().forward(x, edge_index, edge_attr=edge_attr, return_attention_weights=return_attention_weights)
+        H, C = self.heads, self.out_channels
+        xs = self.lin(x).view(-1, H, C)
+        a_src, a_dst = (xs * self.att_src).sum(-1), (xs * self.att_dst).sum(-1)
+        e = F.leaky_relu(a_src[edge_index[0]] + a_dst[edge_index[1]], self.negative_slope)
+        if edge_attr is not None:
+            e = e + edge_attr.view(-1, 1)
+        rowptr, src, order = csr_from_edge_index(edge_index, x.shape[0])
+        if self.training and self.dropout > 0:
+            d = F.dropout(torch.ones_like(e), p=self.dropout, training=True)[order]    # GATConv's draw, edge order
+            e = e[order]
+            out = segment_softmax_aggregate(e - 1e4 * (d == 0), rowptr, src, xs, backend=self.backend)
+            edges = torch.arange(e.shape[0], device=e.device)
+            out = out * segment_softmax_aggregate(e, rowptr, edges, d.unsqueeze(-1), backend=self.backend)
+        else:
+            out = segment_softmax_aggregate(e[order], rowptr, src, xs, backend=self.backend)
+        out = out.reshape(-1, H * C) if self.concat else out.mean(1)
+        return out if self.bias is None else out + self.bias
 
 
 class GraphMAE(nn.Module):
@@ -232,8 +304,11 @@ def train_gmae(x: torch.Tensor, edge_index: torch.Tensor, pe: np.ndarray | None,
 
     n, d = x.shape
     pe_t = None if (pe is None or not arm.use_pe) else torch.tensor(pe, dtype=torch.float32)
+    flip_signs = arm.pe_kind == "laplacian"                      # eigenvectors have no fixed sign; RWSE has
     with seeded_init(seed):
         model = GraphMAE(d, 0 if pe_t is None else pe_t.shape[1], settings, conv=conv)
+    js_loss = arm.consistency == "js" and arm.consistency_weight > 0
+    model.enc2.keep_attention = js_loss
     gen = torch.Generator().manual_seed(seed + 1)
     edge_index = with_self_loops(edge_index, n)                  # w_ii = 1: log-bias 0 on self loops
     bias = torch.log(hetero_edge_weights(x, edge_index, arm.hea_beta)) if arm.hea_beta > 0 else None
@@ -248,9 +323,11 @@ def train_gmae(x: torch.Tensor, edge_index: torch.Tensor, pe: np.ndarray | None,
 
     def inputs(mask_nodes):
         xm = masked_input(model, x, mask_nodes, settings, gen)
-        if pe_t is not None:
+        if pe_t is not None and flip_signs:
             signs = torch.randint(0, 2, (1, pe_t.shape[1]), generator=gen) * 2.0 - 1.0
             xm = torch.cat([xm, pe_t * signs], 1)
+        elif pe_t is not None:
+            xm = torch.cat([xm, pe_t], 1)
         return xm
 
     def loss_fn(step: int) -> torch.Tensor:
@@ -266,7 +343,12 @@ def train_gmae(x: torch.Tensor, edge_index: torch.Tensor, pe: np.ndarray | None,
         z = model.decode(h, both, union_ei, union_bias)
         rec = 0.5 * (sce_loss(x[m1], z[m1], settings.sce_alpha) + sce_loss(x[m2], z[m2 + n], settings.sce_alpha))
         common = m1[torch.isin(m1, m2)]
-        cons = (1.0 - F.cosine_similarity(h[common], h[common + n], dim=-1)).mean()
+        if js_loss:                                               # attention of the two views, edge for edge
+            att = model.enc2.attention
+            E = edge_index.shape[1]
+            cons = js_per_target(att[:E], att[E:], edge_index[1], n)[common].mean()
+        else:
+            cons = (1.0 - F.cosine_similarity(h[common], h[common + n], dim=-1)).mean()
         return rec + arm.consistency_weight * cons
 
     spec = TrainSpec(max_steps=settings.epochs, learning_rate=settings.learning_rate,
@@ -275,6 +357,7 @@ def train_gmae(x: torch.Tensor, edge_index: torch.Tensor, pe: np.ndarray | None,
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 2)
         log = fit(model, loss_fn, spec, optimizer=optimizer)
+    model.enc2.keep_attention, model.enc2.attention = False, None
     model.hea_bias, model.pe, model.graph_edges = bias, pe_t, edge_index
     return model, np.array([loss for _, loss in log.losses])
 
@@ -310,10 +393,13 @@ def final_sce(model: GraphMAE, x, settings: TrainSettings, seed: int) -> float:
 
 def js_per_target(p: torch.Tensor, q: torch.Tensor, target: torch.Tensor, num_nodes: int) -> torch.Tensor:
     r"""Jensen-Shannon divergence (nats) between two attention distributions per target node:
-    ``p, q (E,)`` sum to one over the edges of each ``target``; returns ``(num_nodes,)``."""
+    ``p, q (E,)`` or ``(E, H)`` sum to one over the edges of each ``target``; returns
+    ``(num_nodes,)``, or with heads ``(num_nodes,)`` averaged over heads. Differentiable (the
+    softmax keeps every entry positive; ``xlogy`` gives 0 at 0)."""
     m = 0.5 * (p + q)
     term = 0.5 * (torch.xlogy(p, p) - torch.xlogy(p, m)) + 0.5 * (torch.xlogy(q, q) - torch.xlogy(q, m))
-    return torch.zeros(num_nodes, dtype=p.dtype).index_add_(0, target, term)
+    out = torch.zeros((num_nodes,) + tuple(term.shape[1:]), dtype=p.dtype, device=p.device).index_add(0, target, term)
+    return out if out.ndim == 1 else out.mean(1)
 
 
 @torch.no_grad()
