@@ -102,10 +102,13 @@ def test_recipe_phases():
         paper.Recipe("dpo", "", 0, 0, 0).phase(0, 1)
     st = paper.settings_for("smoke")
     rec = paper.recipes_for(st)
-    per_seed = len(st.pi_kinds) * len(st.alphas) * len(st.betas) + len(st.bc_kinds) + 2 * len(st.distill_kinds) + 2
+    per_seed = len(st.pi_kinds) * len(st.alphas) * len(st.betas) + 2 * (len(st.bc_kinds) + 2 * len(st.distill_kinds) + 2)
     assert len(rec) == st.num_seeds * per_seed and len({r.name for r in rec}) == len(rec)
+    assert {r.init for r in rec if r.method == "pi_distill"} == {"base"}
+    assert sum(r.init == "scratch" for r in rec) == sum(r.init == "base" and r.method != "pi_distill" for r in rec)
 
 
+@pytest.mark.slow          # the first torch.optim import (AdamW in fit) takes seconds on a loaded machine
 def test_tiny_lockstep_training_and_evaluation():
     st = replace(paper.settings_for("smoke"), train_mazes=30, steps=3, mazes_per_step=2, group_size=4, width=16,
                  layers=1, num_seeds=1, curve_every=2, curve_mazes=6)
@@ -115,7 +118,11 @@ def test_tiny_lockstep_training_and_evaluation():
                 ("opsd", "full", 1, 0.1), ("sequential", "full", 0, 0)]]
     cm = paper.generate_mazes(6, st.size, st.horizon, st.wall_density, np.random.default_rng(9))
     cp = {k: paper.make_pi(cm, k, np.random.default_rng(1)) for k in paper.PI_KINDS}
-    policy, log = paper.train_chunk(recipes, pool, pis, st, 0, cm, cp)
+    base, blog = training.pretrain_base(pool, replace(st, pretrain_steps=2), 0)
+    assert blog["steps"] == 2 and base.num_models == 1
+    policy, log = paper.train_chunk(recipes, pool, pis, st, 0, cm, cp, base=base)
+    fresh, _ = paper.train_chunk(recipes[:1], pool, pis, replace(st, steps=1, learning_rate=1e-9), 0, base=base)
+    assert torch.allclose(fresh.cell[0], base.cell[0], atol=1e-6)           # every method starts from the base
     assert log["train"]["steps"] == 3 and np.isfinite(log["train"]["final_loss"])
     assert len(log["curves"]["step"]) == 3 and len(log["curves"]["kl"][0]) == len(recipes)
     succ = training.evaluate(policy, cm, cp, recipes, show_pi=True)

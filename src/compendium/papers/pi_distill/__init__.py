@@ -38,13 +38,20 @@ formulas; ``trl`` is not installed here, so the trl comparison is not run). Trai
 
 Small-scale deviations
 ----------------------
-- Width 48 and 2 layers at full scale (the issue: d = 96, 3 layers), 32 and 2 at smoke: about 190
-  policies must train within the CPU budget. Smoke uses 4 x 4 mazes, horizon 8 and three PI kinds
-  (full, noisy, random); full the issue's 6 x 6 mazes, horizon 14 and all four kinds.
+- Width 32 and one transformer layer (the issue: d = 96, 3 layers): up to 190 policies must train
+  within the CPU budget, and the machine does about 2 GFLOP/s per core on these small batched
+  products. The map enters as one token (a linear map of the wall grid) rather than one token per
+  cell, and each history token carries the walls around the agent and the goal cell; the PI slot is
+  ``H`` tokens and the history ``H`` tokens, as in the issue.
+- Smoke uses 4 x 4 mazes, horizon 8, PI kinds full / noisy / random, alpha = 0.5 only (beta in
+  {0, 0.1}), BC on the full and noisy traces and the sequential and OPSD baselines on the noisy one;
+  full uses the issue's 6 x 6 mazes, horizon 14, all four PI kinds, the whole (alpha, beta) grid and
+  every baseline on every kind.
 - A few thousand episodes per policy (the card's full scale suggests 60k).
 - "Sequential" is one shared network trained first as a teacher (GRPO with PI) and then, for the
   second half, by the student's off-policy term on its own teacher rollouts; "SFT w/ CoT + RL" is
-  BC on the clean expert trace plus a BFS-distance head on the map tokens, then GRPO.
+  BC on the clean expert trace plus a head that predicts the BFS distance of the four neighbouring
+  cells, then GRPO.
 - Success is measured greedily (argmax actions) on held-out mazes.
 """
 
@@ -57,8 +64,10 @@ from .experiment import (
     kv_cache_gap,
     measurements,
     run,
+    curve_runs,
     seed_values,
     select_grid_point,
+    select_init,
     shared_parameter_check,
 )
 from .losses import action_kl, opsd_loss, pi_distill_loss, student_offpolicy_loss, teacher_loss
@@ -80,6 +89,6 @@ __all__ = [
     "ASSET_NAME", "METHODS", "PI_KINDS", "Config", "Mazes", "PISlotPolicy", "Recipe", "Result",
     "action_kl", "bfs_distance", "bfs_expert_gap", "build_asset", "degeneracy_gaps", "generate_mazes",
     "kl_checks", "kv_cache_gap", "load_policies", "make_pi", "measurements", "opsd_loss",
-    "pi_distill_loss", "recipes_for", "rollout", "run", "seed_values", "select_grid_point",
+    "pi_distill_loss", "recipes_for", "rollout", "run", "seed_values", "select_grid_point", "select_init", "curve_runs",
     "settings_for", "shared_parameter_check", "student_offpolicy_loss", "teacher_loss", "train_chunk",
 ]

@@ -19,7 +19,7 @@ from .policy import PISlotPolicy
 from .training import (AssetSettings, Recipe, evaluate, maze_tensors, rollout, teacher_student_kl,
                        train_pool)
 
-__all__ = ["Config", "Result", "run", "measurements", "select_grid_point", "seed_values",
+__all__ = ["Config", "Result", "run", "measurements", "select_grid_point", "select_init", "seed_values", "curve_runs",
            "degeneracy_gaps", "shared_parameter_check", "kl_checks", "bfs_expert_gap", "kv_cache_gap"]
 
 UNIT = "training seeds"
@@ -74,6 +74,7 @@ class Result:
     curves: dict                     # recipe name -> {"step", "student_success", "kl"} from training
     settings: AssetSettings
     selected: dict = field(default_factory=dict)   # PI kind -> (alpha, beta) picked on validation
+    selected_init: dict = field(default_factory=dict)  # (baseline, PI kind) -> 'base' or 'scratch'
 
 
 def run(config: Config, chunks: list, meta: dict) -> Result:
@@ -100,19 +101,36 @@ def run(config: Config, chunks: list, meta: dict) -> Result:
                               "kl": [v[j] for v in c["kl"]]}
     res = Result(recipes, *(np.concatenate(parts[k]) for k in ("val", "test", "teacher", "kl")), curves, st)
     res.selected = {pi: select_grid_point(res, pi) for pi in st.pi_kinds}
+    res.selected_init = {(r.method, r.pi): select_init(res, r.method, r.pi) for r in recipes if r.method != "pi_distill"}
     return res
 
 
-def _rows(res: Result, method: str, pi: str = "", alpha=None, beta=None) -> list[int]:
-    rows = [i for i, r in enumerate(res.recipes) if r.method == method and r.pi == pi
+def _rows(res: Result, method: str, pi: str = "", alpha=None, beta=None, init=None) -> list[int]:
+    if init is None:
+        init = res.selected_init.get((method, pi), "base")
+    rows = [i for i, r in enumerate(res.recipes) if r.method == method and r.pi == pi and r.init == init
             and (alpha is None or r.alpha == alpha) and (beta is None or r.beta == beta)]
     return sorted(rows, key=lambda i: res.recipes[i].seed)
 
 
-def seed_values(res: Result, method: str, pi: str = "", alpha=None, beta=None, *, split: str = "test") -> np.ndarray:
-    """Mean success over the split's mazes, one value per training seed (seed order)."""
+def seed_values(res: Result, method: str, pi: str = "", alpha=None, beta=None, *, split: str = "test",
+                init=None) -> np.ndarray:
+    """Mean success over the split's mazes, one value per training seed (seed order); a baseline at
+    the start picked on validation unless ``init`` names one."""
     table = {"test": res.test, "val": res.val, "teacher": res.teacher_test}[split]
-    return np.array([table[i].mean() for i in _rows(res, method, pi, alpha, beta)])
+    return np.array([table[i].mean() for i in _rows(res, method, pi, alpha, beta, init)])
+
+
+def select_init(res: Result, method: str, pi: str) -> str:
+    """The start ('base' or 'scratch') of a baseline with the better mean validation success."""
+    scores = {init: seed_values(res, method, pi, split="val", init=init) for init in ("base", "scratch")}
+    scores = {k: v.mean() for k, v in scores.items() if v.size}
+    return max(scores, key=lambda k: (scores[k], k == "base"))
+
+
+def curve_runs(res: Result, method: str, pi: str = "", alpha=None, beta=None) -> list[dict]:
+    """The training curves of a method's selected variant, one per training seed."""
+    return [res.curves[res.recipes[i].name] for i in _rows(res, method, pi, alpha, beta)]
 
 
 def select_grid_point(res: Result, pi: str) -> tuple[float, float]:
@@ -204,16 +222,17 @@ def shared_parameter_check(seed: int = 0) -> dict:
     before, _ = policy(batch["walls"], batch["goal"], pi, no, ro["positions"], ro["prev"])
     logits_T, _ = policy(batch["walls"], batch["goal"], pi, yes, ro["positions"], ro["prev"])
     loss = -(torch.log_softmax(logits_T, -1).gather(-1, ro["actions"][..., None]).squeeze(-1) * ro["mask"]).sum()
-    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
-    opt.zero_grad()
     loss.backward()
-    opt.step()
+    with torch.no_grad():                  # one plain SGD step (torch.optim's first import is slow)
+        for p in policy.parameters():
+            if p.grad is not None:
+                p -= 0.1 * p.grad
     with torch.no_grad():
         after, _ = policy(batch["walls"], batch["goal"], pi, no, ro["positions"], ro["prev"])
         teacher_after, _ = policy(batch["walls"], batch["goal"], pi, yes, ro["positions"], ro["prev"])
     return {"parameters": sum(p.numel() for p in policy.parameters()),
             "teacher_logit_change": float((teacher_after - logits_T.detach()).abs().max()),
-            "student_logit_change": float((after - before).abs().max())}
+            "student_logit_change": float((after - before.detach()).abs().max())}
 
 
 def kl_checks(seed: int = 0) -> dict:

@@ -10,13 +10,14 @@ training seed start from identical weights.
 Sequence of one episode (``P = 1 + H`` prefix tokens, ``H`` history tokens)::
 
     map:     map_in(flattened wall grid)                                  1 token
-    PI:      pi_token(a_k or NOPI) + pi_slot(k)                           H tokens
+    PI:      pi_token(a_k or NOPI) + turn(k)                              H tokens
     history: cell(position_t) + goal(goal cell) + walls(4 neighbours)
              + prev_action(a_{t-1}) + turn(t)                             H tokens
 
 Prefix tokens attend to the prefix only; history token ``t`` attends to the prefix and to history
 tokens ``<= t``, so a rollout can cache keys and values (``start`` / ``step``) and the training
-pass scores all turns at once (``forward``). The action head reads the history tokens; an
+pass scores all turns at once (``forward``). PI slot ``k`` and history token ``k`` share the turn
+embedding, so that reading "the PI's action for this turn" is one attention match. The action head reads the history tokens; an
 auxiliary head on them predicts the BFS distance of the four neighbouring cells (used only by the
 "SFT w/ CoT" baseline: the intermediate computation from which the expert's move follows).
 """
@@ -120,7 +121,6 @@ class PISlotPolicy(nn.Module):
         self.prefix_length = 1 + horizon
         self.map_in = _Linear(m, cells, d)                      # the wall grid -> one map token
         self.pi_token = nn.Parameter(torch.zeros(m, 7, d))
-        self.pi_slot = nn.Parameter(torch.zeros(m, horizon, d))
         self.cell = nn.Parameter(torch.zeros(m, cells, d))
         self.goal = nn.Parameter(torch.zeros(m, cells, d))
         self.walls = nn.Parameter(torch.zeros(m, 16, d))        # which of U, D, L, R is blocked
@@ -167,7 +167,7 @@ class PISlotPolicy(nn.Module):
             show_pi = torch.zeros(walls.shape[:2], dtype=torch.bool, device=walls.device)
         pi = torch.where(show_pi[..., None], pi, torch.full_like(pi, NOPI))
         maps = self.map_in(walls.to(self.cell.dtype))[:, :, None]
-        slot = self.pi_token[rows, pi] + self.pi_slot[:, None]
+        slot = self.pi_token[rows, pi] + self.turn[:, None]        # slot k shares turn k's embedding
         return torch.cat([maps, slot], dim=2)
 
     def history(self, walls, goal, positions, prev_actions, turns):

@@ -20,7 +20,7 @@ sequential      teacher rollouts              GRPO_T (first half); offpolicy_S w
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ from . import losses
 from .maze import PAD, PI_KINDS, STOP, Mazes, generate_mazes, make_pi, maze_keys, step_positions
 from .policy import BOS, PISlotPolicy
 
-__all__ = ["neighbour_distances", "Recipe", "AssetSettings", "settings_for", "recipes_for", "maze_tensors", "rollout",
+__all__ = ["neighbour_distances", "pretrain_base", "Recipe", "AssetSettings", "settings_for", "recipes_for", "maze_tensors", "rollout",
            "train_chunk", "evaluate", "teacher_student_kl", "build_asset", "load_policies", "train_pool",
            "ASSET_NAME", "METHODS", "TERMS"]
 
@@ -46,18 +46,21 @@ TEACHER_TERMS = [TERMS.index(t) for t in ("grpo_T", "kl_T", "offpolicy_S", "kl_S
 
 @dataclass(frozen=True)
 class Recipe:
-    """One trained model: method, PI kind ('' for none), alpha, beta and training seed."""
+    """One trained model: method, PI kind ('' for none), alpha, beta, training seed and start
+    ('base': the seed's context-reading base; 'scratch': its random initialisation)."""
 
     method: str
     pi: str
     alpha: float
     beta: float
     seed: int
+    init: str = "base"
 
     @property
     def name(self) -> str:
         extra = f"_a{self.alpha:g}_b{self.beta:g}" if self.method == "pi_distill" else ""
-        return f"{self.method}{'_' + self.pi if self.pi else ''}{extra}_s{self.seed}"
+        start = "_scratch" if self.init == "scratch" else ""
+        return f"{self.method}{'_' + self.pi if self.pi else ''}{extra}{start}_s{self.seed}"
 
     def phase(self, step: int, switch: int) -> tuple[int, dict]:
         """(episode source, {term: weight}) at ``step`` (the two-phase methods change at ``switch``)."""
@@ -105,6 +108,7 @@ class AssetSettings:
     opsd_beta: float = 0.1
     is_clip: float = 5.0
     switch_fraction: float = 0.5
+    pretrain_steps: int = 60
     curve_every: int = 20
     curve_mazes: int = 64
     chunk_models: int = 64
@@ -119,8 +123,8 @@ def settings_for(scale: str) -> AssetSettings:
                              pi_kinds=("full", "noisy", "random"), bc_kinds=("full", "noisy"),
                              distill_kinds=("noisy",), alphas=(0.5,), curve_every=15, curve_mazes=48)
     if scale == "full":
-        return AssetSettings(size=6, horizon=14, wall_density=0.25, train_mazes=3000, steps=80, mazes_per_step=4,
-                             group_size=8, width=32, layers=1, heads=2, learning_rate=3e-3, num_seeds=5,
+        return AssetSettings(size=6, horizon=14, wall_density=0.25, train_mazes=3000, steps=60, mazes_per_step=4,
+                             group_size=6, width=32, layers=1, heads=2, learning_rate=3e-3, num_seeds=5,
                              pi_kinds=PI_KINDS, bc_kinds=PI_KINDS, distill_kinds=PI_KINDS, curve_every=20,
                              curve_mazes=64)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
@@ -132,10 +136,12 @@ def recipes_for(settings: AssetSettings) -> list[Recipe]:
     for s in range(settings.num_seeds):
         for pi in settings.pi_kinds:
             out += [Recipe("pi_distill", pi, a, b, s) for a in settings.alphas for b in settings.betas]
-        out += [Recipe("bc", pi, 0.0, 0.0, s) for pi in settings.bc_kinds]
+        base = [Recipe("bc", pi, 0.0, 0.0, s) for pi in settings.bc_kinds]
         for pi in settings.distill_kinds:
-            out += [Recipe("opsd", pi, 1.0, settings.opsd_beta, s), Recipe("sequential", pi, 0.0, 0.0, s)]
-        out += [Recipe("grpo", "", 0.0, 0.0, s), Recipe("cot_rl", "", 0.0, 0.0, s)]
+            base += [Recipe("opsd", pi, 1.0, settings.opsd_beta, s), Recipe("sequential", pi, 0.0, 0.0, s)]
+        base += [Recipe("grpo", "", 0.0, 0.0, s), Recipe("cot_rl", "", 0.0, 0.0, s)]
+        # every baseline also from scratch: its start is picked on validation mazes like pi_distill's grid point
+        out += base + [replace(r, init="scratch") for r in base]
     return out
 
 
@@ -220,13 +226,50 @@ def _log_probs(logits, actions):
     return torch.log_softmax(logits, -1).gather(-1, actions[..., None]).squeeze(-1)
 
 
+def pretrain_base(pool: Mazes, settings: AssetSettings, seed: int) -> tuple[PISlotPolicy, dict]:
+    """One base policy per training seed that has learnt to *read* its PI slot, and nothing about mazes.
+
+    The analogue of a pretrained model that follows instructions in its context: behaviour cloning
+    of the teacher view on **random** action traces (fresh each step, replayed in training mazes), so
+    the base copies whatever trace it is shown, solution or not. Every method of a training seed
+    starts from this base (equal start); its steps are not counted in any method's budget.
+    """
+    st = settings
+    k = st.mazes_per_step * st.group_size
+    policy = PISlotPolicy(st.num_seeds, st.size, st.horizon, width=st.width, layers=st.layers, heads=st.heads,
+                          init_seeds=[1000 * seed + s for s in range(st.num_seeds)])
+    rng = np.random.default_rng([seed, 29, 6])
+    rows = torch.ones(st.num_seeds, k, dtype=torch.bool)
+
+    def loss_fn(step: int) -> torch.Tensor:
+        index = rng.integers(0, len(pool), size=(st.num_seeds, k))
+        batch = maze_tensors(pool, index)
+        live = batch["trace"] != PAD
+        pi = torch.where(live, torch.from_numpy(rng.integers(0, 4, size=live.shape)), torch.full_like(batch["trace"], PAD))
+        ro = rollout(policy, batch, pi, rows, greedy=True, forced=pi, force_rows=rows)
+        logits, _ = policy(batch["walls"], batch["goal"], pi, rows, ro["positions"], ro["prev"])
+        logp = _log_probs(logits, ro["actions"])
+        return losses.bc_loss(logp.reshape(-1, st.horizon), ro["mask"].reshape(-1, st.horizon)).view(st.num_seeds, k).mean(1).sum()
+
+    log = fit(policy, loss_fn, TrainSpec(max_steps=st.pretrain_steps, learning_rate=st.learning_rate, weight_decay=0.0,
+                                         threads=1, log_every=max(1, st.pretrain_steps // 5)))
+    return policy, log.to_dict()
+
+
 def train_chunk(recipes: list[Recipe], pool: Mazes, pis: dict, settings: AssetSettings, seed: int,
-                curve_mazes: Mazes | None = None, curve_pis: dict | None = None) -> tuple[PISlotPolicy, dict]:
-    """Train ``recipes`` in lock step; return the policy and a log (loss, curves of student success and KL)."""
+                curve_mazes: Mazes | None = None, curve_pis: dict | None = None,
+                base: PISlotPolicy | None = None) -> tuple[PISlotPolicy, dict]:
+    """Train ``recipes`` in lock step, each from ``base``'s model of its training seed (if given);
+    return the policy and a log (loss, curves of student success and KL)."""
     st = settings
     m, k, g = len(recipes), st.mazes_per_step, st.group_size
     policy = PISlotPolicy(m, st.size, st.horizon, width=st.width, layers=st.layers, heads=st.heads,
                           init_seeds=[1000 * seed + r.seed for r in recipes])
+    if base is not None:
+        rows_from_base = [i for i, r in enumerate(recipes) if r.init == "base"]
+        with torch.no_grad():
+            for (name, p), (_, q) in zip(policy.named_parameters(), base.named_parameters()):
+                p[rows_from_base] = q[[recipes[i].seed for i in rows_from_base]]
     seeds = sorted({r.seed for r in recipes})
     streams = {s: np.random.default_rng([seed, 29, 3, s]) for s in seeds}   # one maze stream per training seed
     gen = torch.Generator().manual_seed(int(seed * 7919 + sum(r.seed for r in recipes) + m))
@@ -342,8 +385,9 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> dict:
         chunks += [mine[i: i + st.chunk_models] for i in range(0, len(mine), st.chunk_models)]
     meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(st), "chunks": []}
     with torch_threads(1):
+        base, meta["base_log"] = pretrain_base(pool, st, seed)
         for chunk in chunks:
-            policy, log = train_chunk(chunk, pool, pis, st, seed, curve_mazes, curve_pis)
+            policy, log = train_chunk(chunk, pool, pis, st, seed, curve_mazes, curve_pis, base=base)
             torch.save(policy.state_dict(), out_dir / f"chunk_{len(meta['chunks'])}.pt")
             meta["chunks"].append({"recipes": [asdict(r) for r in chunk], "log": log})
             print(f"chunk {len(meta['chunks'])}: {len(chunk)} models, final loss {log['train']['final_loss']:.3f}")
