@@ -393,6 +393,8 @@ def measurements(res: Result) -> dict:
     out["ours_minus_lora"] = paired_difference(a["ours"][r12], a["target_lora"][r12], unit="target tasks")
     out["headline"] = tost(a["ours"][r12] - a["ours_random_pool"][r12], margin=EQUIVALENCE_MARGIN, unit="target tasks")
     out["selection"] = tost(a["ours"][r12] - a["ours_random_selection"][r12], margin=EQUIVALENCE_MARGIN, unit="target tasks")
+    out["by_regime"] = {g: paired_difference(a["ours"][k & (res.regime == g)], a["ours_random_pool"][k & (res.regime == g)],
+                                             unit="target tasks") for g in ("R1", "R2")}
     out["r3_transfer"] = paired_difference(a["ours"][r3], a["ours_random_pool"][r3], unit="target tasks")
     out["r3_tost"] = tost(a["ours"][r3] - a["ours_random_pool"][r3], margin=EQUIVALENCE_MARGIN, unit="target tasks")
     out["r3_largest"] = mean_interval(res.duplicate_largest[r3], unit="target tasks")
