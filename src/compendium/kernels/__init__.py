@@ -30,6 +30,10 @@ spec_verify
 bench
     ``median_time``: the timing every ``benchmarks/*_kernels.py`` script uses (warm-up, CUDA
     synchronisation, median).
+event_tokens
+    event2vec token assembly: spatial-table gather + last temporal conv + LayerNorm + add + mask,
+    one program per event. Checked in the event2vec chapter's tests against its reference (which
+    equals the model's unfused tokens); the chapter's models use the unfused path.
 """
 
 

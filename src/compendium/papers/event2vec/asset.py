@@ -1,0 +1,205 @@
+"""The chapter's asset: every model trained here, over several training seeds.
+
+Each model family sees the same simulated training recordings (one set per asset seed), a fresh
+uniform sample of N events per recording and step, with N drawn per batch from the training
+grid, so one model is evaluated at every N. The event2vec width and the frame CNN's width are
+picked by one dev procedure: train seed 0 at every grid value, keep the value with the highest
+dev accuracy at the headline N (mean of two re-samplings), then train the other seeds at it.
+Every other event2vec variant uses the width picked for event2vec.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from compendium.training import TrainSpec, fit, seeded_init
+
+from . import events as ev
+from .models import Event2Vec, FrameCNN, PointNet, parameter_count
+
+__all__ = ["ASSET_NAME", "AssetSettings", "settings_for", "FAMILIES", "make_model", "transform", "batch_tensors",
+           "logits", "build_asset", "load_models"]
+
+ASSET_NAME = "event2vec_models"
+
+
+@dataclass(frozen=True)
+class AssetSettings:
+    train_per_class: int
+    dev_per_class: int
+    steps: int
+    train_events: tuple
+    resolutions: tuple                       # low resolutions trained besides 32 x 32 (1: no position, the control)
+    num_seeds: int = 3
+    batch: int = 16
+    learning_rate: float = 1e-2           # one rate for every family (a dev check at seed 0: better than 3e-3 for both e2v and the CNN)
+    headline_events: int = 64
+    e2v_dims: tuple = (16, 32)               # the dev grid of event2vec's width d
+    cnn_channels: tuple = (8, 16, 32)        # the dev grid of the frame CNN's base width c
+    heads: int = 2
+    layers: int = 2
+    bins: int = 8
+    pointnet_width: int = 64
+
+
+def settings_for(scale: str) -> AssetSettings:
+    if scale == "smoke":
+        return AssetSettings(train_per_class=200, dev_per_class=25, steps=100, train_events=(32, 64, 128), resolutions=(8, 1))
+    if scale == "full":
+        return AssetSettings(train_per_class=400, dev_per_class=50, steps=200, train_events=(32, 64, 128),
+                             resolutions=(16, 8, 1))
+    raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
+
+
+# family -> (architecture, data variant); data variants: polarity, merged, even, res<k>
+FAMILIES = {
+    "e2v": ("e2v", "polarity"), "cnn": ("cnn", "polarity"),
+    "pointnet": ("pointnet", "polarity"), "pointnet_blind": ("pointnet_blind", "polarity"),
+    "e2v_merged": ("e2v", "merged"), "softmax_merged": ("softmax", "merged"),
+    "pointnet_blind_merged": ("pointnet_blind", "merged"),
+    "e2v_even": ("e2v", "even"), "lookup_even": ("lookup", "even"),
+}
+
+
+def transform(data: ev.EventSet, variant: str, *, test: bool = False) -> ev.EventSet:
+    """The data a family sees: ``polarity`` (as recorded), ``merged`` (p = 0), ``even`` (events at
+    even x; at test the odd-x events), ``res<k>`` (coordinates on a k x k grid)."""
+    if variant == "polarity":
+        return data
+    if variant == "merged":
+        return ev.merge_polarity(data)
+    if variant == "even":
+        return ev.select_events(data, (data.x % 2) == (1 if test else 0))
+    if variant == "even_in":                           # the even-x events at test (in-distribution control)
+        return ev.select_events(data, (data.x % 2) == 0)
+    if variant.startswith("res"):
+        return ev.quantise(data, int(variant[3:]))
+    raise ValueError(f"unknown data variant {variant!r}")
+
+
+def make_model(arch: str, size: int, settings: AssetSettings, height: int = 32):
+    """A fresh model: ``size`` is d for event2vec variants, c for the CNN (ignored for PointNet)."""
+    common = dict(height=height, width=height)
+    if arch in ("e2v", "lookup", "softmax"):
+        return Event2Vec(**common, dim=size, heads=settings.heads, layers=settings.layers,
+                         embedding="lookup" if arch == "lookup" else "mlp",
+                         attention="softmax" if arch == "softmax" else "forgetting")
+    if arch == "cnn":
+        return FrameCNN(**common, bins=settings.bins, channels=size)
+    if arch in ("pointnet", "pointnet_blind"):
+        return PointNet(**common, use_time=arch == "pointnet", width_hidden=settings.pointnet_width)
+    raise ValueError(f"unknown architecture {arch!r}")
+
+
+def batch_tensors(data: ev.EventSet) -> dict:
+    """Torch tensors of a (sampled) event set: x, y, p (long), t (float), mask (bool), label."""
+    dtype = torch.get_default_dtype()
+    return {"x": torch.from_numpy(data.x.astype(np.int64)), "y": torch.from_numpy(data.y.astype(np.int64)),
+            "p": torch.from_numpy(data.p.astype(np.int64)), "t": torch.from_numpy(data.t).to(dtype),
+            "mask": torch.from_numpy(data.valid), "label": torch.from_numpy(data.label)}
+
+
+def logits(model, sampled: ev.EventSet, bins: int = 8) -> torch.Tensor:
+    """Class logits of ``model`` for a sampled event set (frames built here for the CNN)."""
+    if isinstance(model, FrameCNN):
+        n = max(int(sampled.valid.sum(1).max()), 1)
+        frames = torch.from_numpy(ev.events_to_frames(sampled, bins)) * (64.0 / n)   # counts scaled to N = 64
+        return model(frames.to(torch.get_default_dtype()))
+    b = batch_tensors(sampled)
+    return model(b["x"], b["y"], b["p"], b["t"], b["mask"])
+
+
+def _accuracy(model, data, n, resamples, rng, bins):
+    accs = []
+    with torch.no_grad():
+        for _ in range(resamples):
+            out = logits(model, ev.sample_events(data, n, rng), bins)
+            accs.append(float((out.argmax(1).numpy() == data.label).mean()))
+    return float(np.mean(accs))
+
+
+def train_one(arch: str, size: int, data: ev.EventSet, settings: AssetSettings, seed: int):
+    with seeded_init(seed):
+        model = make_model(arch, size, settings, data.height)
+    rng = np.random.default_rng([seed, 11])                   # batches and event samples
+
+    def loss_fn(step: int) -> torch.Tensor:
+        rows = rng.integers(0, len(data), settings.batch)
+        n = int(rng.choice(settings.train_events))
+        sampled = ev.sample_events(data.subset(rows), n, rng)
+        return F.cross_entropy(logits(model, sampled, settings.bins), torch.from_numpy(sampled.label))
+
+    spec = TrainSpec(max_steps=settings.steps, learning_rate=settings.learning_rate, weight_decay=0.0, grad_clip=1.0,
+                     warmup_steps=max(1, settings.steps // 10), schedule="cosine", threads=1, log_every=25)
+    log = fit(model, loss_fn, spec)
+    return model, log.to_dict()
+
+
+def build_asset(out_dir: Path, scale: str, seed: int) -> None:
+    """Simulate the training and dev recordings, run the dev procedure, train every family over
+    ``num_seeds`` training seeds (``seed * 100 + k``); save ``<family>_<k>.pt`` and ``metadata.json``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    st = settings_for(scale)
+    sensor = ev.SensorSettings()
+    rng = np.random.default_rng([seed, 1])
+    classes = len(ev.CLASSES)
+    train = ev.simulate(np.repeat(np.arange(classes), st.train_per_class), rng, sensor)
+    dev = ev.simulate(np.repeat(np.arange(classes), st.dev_per_class), rng, sensor)
+    meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(st), "sensor": asdict(sensor),
+            "train_events_per_recording": float(train.counts.mean()), "dev": {}, "models": {}}
+    families = dict(FAMILIES)
+    families.update({f"e2v_res{r}": ("e2v", f"res{r}") for r in st.resolutions})
+
+    def save(family, k, model, log, size, arch, variant):
+        torch.save(model.state_dict(), out_dir / f"{family}_{k}.pt")
+        meta["models"][f"{family}_{k}"] = {"family": family, "arch": arch, "variant": variant, "size": size,
+                                          "height": model.height if hasattr(model, "height") else 32,
+                                          "train_seed": seed * 100 + k, "parameters": parameter_count(model), "log": log}
+        print(f"{family} seed {k}: size {size}, loss {log['final_loss']:.3f}", flush=True)
+
+    # dev procedure: event2vec's d and the frame CNN's c, seed 0 at every grid value
+    chosen = {}
+    for family, grid in (("e2v", st.e2v_dims), ("cnn", st.cnn_channels)):
+        arch, variant = FAMILIES[family]
+        scores, first = {}, {}
+        for size in grid:
+            model, log = train_one(arch, size, train, st, seed * 100)
+            scores[size] = _accuracy(model, dev, st.headline_events, 2, np.random.default_rng([seed, 5]), st.bins)
+            first[size] = (model, log)
+        best = max(grid, key=lambda s: (scores[s], -s))           # ties: the smaller model
+        chosen[family] = best
+        meta["dev"][family] = {"grid": list(grid), "dev_accuracy": {str(s): scores[s] for s in grid}, "chosen": best}
+        save(family, 0, *first[best], best, arch, variant)
+        for k in range(1, st.num_seeds):
+            save(family, k, *train_one(arch, best, train, st, seed * 100 + k), best, arch, variant)
+
+    for family, (arch, variant) in families.items():
+        if family in chosen:
+            continue
+        size = chosen["e2v"] if arch in ("e2v", "lookup", "softmax") else st.pointnet_width
+        data = transform(train, variant)
+        for k in range(st.num_seeds):
+            save(family, k, *train_one(arch, size, data, st, seed * 100 + k), size, arch, variant)
+    meta["chosen"] = chosen
+    (out_dir / "metadata.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def load_models(path: str | Path) -> tuple[dict, dict]:
+    """``({family: [model per seed]}, metadata)`` from an asset folder (models in eval mode)."""
+    path = Path(path)
+    meta = json.loads((path / "metadata.json").read_text())
+    st = AssetSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["settings"].items()})
+    models: dict[str, list] = {}
+    for key in sorted(meta["models"], key=lambda k: (meta["models"][k]["family"], meta["models"][k]["train_seed"])):
+        info = meta["models"][key]
+        model = make_model(info["arch"], info["size"], st, info["height"])
+        model.load_state_dict(torch.load(path / f"{key}.pt", map_location="cpu", weights_only=True))
+        models.setdefault(info["family"], []).append(model.eval())
+    return models, meta
