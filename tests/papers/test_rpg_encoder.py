@@ -108,6 +108,19 @@ def test_update_equals_rebuild_on_random_diffs(mini):
         assert inc.calls < full.calls and graph.empty_abstract_nodes(updated) == 0
 
 
+def test_update_relifts_when_a_redefinitions_calls_change():
+    # calls inside a property's setter (a second def of one name) are attributed to the getter,
+    # whose own text does not change: the update must still lift it again (found at full scale)
+    old = {"p.py": ("class A:\n    @property\n    def x(self):\n        return 1\n\n    @x.setter\n    def x(self, v):\n"
+                    "        return v\n\n\ndef g():\n    return 0\n")}
+    new = {"p.py": old["p.py"].replace("        return v\n", "        g()\n        return v\n")}
+    rpg, model = graph.encode(old, None, graph.Lifter(), branching=2)
+    updated = graph.rpg_update(rpg, new, graph.repo_diff(old, new), model, graph.Lifter())
+    rebuilt, _ = graph.encode(new, model, graph.Lifter())
+    assert "call g" in rebuilt.features["p.py::A.x"]
+    assert updated.comparable() == rebuilt.comparable()
+
+
 def test_deleting_a_file_prunes_its_abstract_nodes_and_edges(mini):
     rpg, model, _ = mini
     new = {p: s for p, s in MINI.items() if p != "pkg/sub/extra.py"}

@@ -50,7 +50,7 @@ Small-scale deviations
 
 from . import corpus, graph, issues, retrieval
 from .corpus import PACKAGES, load_repository, mutate
-from .experiment import Config, Result, accuracy_table, evolve, measurements, run, unit_checks
+from .experiment import Config, Result, accuracy_table, evolve, measurements, per_repository, run, unit_checks
 from .graph import (RPG, Entity, HierarchyModel, Lifter, abstract_nodes, empty_abstract_nodes, encode, fit_hierarchy,
                     lca_directory, parse_file, repo_diff, resolve_edges, rpg_update, skeleton, skeleton_coverage,
                     split_identifier)

@@ -186,6 +186,19 @@ def accuracy_table(result: Result) -> dict:
             for name, r in result.retrieval.items()}
 
 
+def per_repository(result: Result) -> dict:
+    """Caller-split Acc@headline_k per repository: ``{repo: {retriever: accuracy, "issues": n}}``."""
+    k = result.config.headline_k
+    repos = np.array([i["repo"] for i in result.test_issues])
+    caller = np.array([i["kind"] == "caller" for i in result.test_issues])
+    out = {}
+    for repo in result.config.repositories:
+        mask = caller & (repos == repo)
+        out[repo] = {name: float(retrieval.acc_at_k(r["ranks"][mask], k).mean()) for name, r in result.retrieval.items()}
+        out[repo]["issues"] = int(mask.sum())
+    return out
+
+
 def measurements(result: Result) -> dict:
     """Every number a verdict uses (estimates over test issues or over diffs)."""
     c, k = result.config, result.config.headline_k

@@ -560,9 +560,13 @@ def rpg_update(rpg: RPG, new_repo: dict, diff: RepoDiff, model: HierarchyModel, 
                     entities.pop(e.id, None)
                     features.pop(e.id, None)
         calls = callee_names(p)
+        old_calls = callee_names(old) if old is not None else {}
         for e in p.entities[1:]:
             before = entities.get(e.id)
-            if before is None or before.key != e.key or features.get(e.id) is None:
+            # lift again when anything the lifter reads changed: the unit's own text, or the callee
+            # names attributed to it (a redefinition's calls are attributed to the first definition)
+            if (before is None or before.key != e.key or features.get(e.id) is None
+                    or old_calls.get(e.id, ()) != calls.get(e.id, ())):
                 features[e.id] = lifter.lift_unit(e, calls.get(e.id, ()))
             entities[e.id] = e
         f = p.entities[0]
