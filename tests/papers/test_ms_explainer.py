@@ -14,7 +14,7 @@ from compendium.stats import Estimate
 def tiny():
     """A tiny dataset and one briefly trained GCN (a few seconds)."""
     gs = paper.make_dataset("ba_2motifs", 24, seed=3)
-    settings = paper.AssetSettings(num_graphs=24, num_models=1, steps=60)
+    settings = paper.AssetSettings(num_graphs=24, num_models=1, steps=40)
     model, _ = paper.train_gcn(gs.graphs[:16], gs.num_classes, settings, seed=0)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -219,7 +219,7 @@ def test_config_validation():
 # ---------------------------------------------------------------- tiny run
 def test_tiny_run(tiny):
     gs, model = tiny
-    settings = paper.AssetSettings(num_graphs=24, num_models=2, steps=60, train_fraction=0.5, dev_fraction=0.25)
+    settings = paper.AssetSettings(num_graphs=24, num_models=2, steps=40, train_fraction=0.5, dev_fraction=0.25)
     idx = paper.split(24, settings)
     model2, _ = paper.train_gcn([gs.graphs[i] for i in idx["train"]], 2, settings, seed=1)
     for p in model2.parameters():
@@ -227,7 +227,7 @@ def test_tiny_run(tiny):
     asset = {"ba_2motifs": {"graphs": gs.graphs, "split": idx, "models": [model, model2], "num_classes": 2}}
     cfg = paper.Config(datasets=("ba_2motifs",), num_models=2, explainer_seeds=2, epochs=1, batch_graphs=6,
                        learning_rates=(0.01,), gnnexplainer_epochs=3, timing_repeats=1,
-                       ablation_datasets=("ba_2motifs",))
+                       families=paper.CORE + ("gnnexplainer",), ablation_datasets=())
     res = paper.run(cfg, asset)
     m = paper.measurements(res)
     assert res.auc["ba_2motifs"]["ms"].shape == (2, 2) and res.nested and res.ones_gap == 0.0

@@ -51,9 +51,12 @@ Small-scale deviations
   benchmarks; here ``ba_house_grid`` (house vs 3x3 grid on a BA base) and ``tree_cycles``
   (9-cycle vs 3x3 grid on a depth-3 binary tree) stand in for them, so that one explainer pipeline
   (PGExplainer's graph-level mode) serves all four sets within the CPU budget.
-- 120 (smoke) / 240 (full) graphs per dataset, 3 / 5 trained GCNs, 3 / 10 explainer seeds;
-  explainers get ``epochs`` passes over the training graphs in batches (PGExplainer's size term
-  divided by the batch size so it stays per graph).
+- 120 (smoke) / 240 (full) graphs per dataset, 3 trained GCNs, 3 / 10 explainer seeds; two
+  datasets at smoke scale, four at full; explainers get ``epochs`` (4) passes over the training
+  graphs in batches of 20 (PGExplainer's size term divided by the batch size so it stays per
+  graph); GNNExplainer 50 steps (its default is 100).
+- One-hot node degrees (capped at 7) as node features and max pooling: with a constant feature
+  the GCN did not fit the sets within the asset's budget.
 - PGExplainer's explanation is the sigmoid of its edge logits; we rank by the logits (same order,
   no float ties at saturation).
 - The loss weights are PGExplainer's defaults (size 0.05 per graph, entropy 1.0) and 1.0 for the
