@@ -32,10 +32,10 @@ class Config:
 
     num_models: int = 3
     finetune_problems: int = 2000
-    finetune_steps: int = 40
-    batch_size: int = 32
+    finetune_steps: int = 24
+    batch_size: int = 48
     learning_rates: tuple = (1e-3,)
-    test_problems: int = 500
+    test_problems: int = 300
     subtraction_problems: int = 500
     analysis_problems: int = 2700
     auroc_lengths: tuple = (1, 2, 4, 8, 16, 32)
