@@ -14,7 +14,7 @@ What is implemented
   :math:`V_H` = a 3-level hierarchy (area / category / subcategory) of k-means centroids on
   TF-IDF file vectors, **fitted once** on the first version, every file assigned by its own
   features; each :math:`V_H` node grounded at the LCA directory of its files (``graph.py``).
-- :math:`E_{dep}` from ``ast``: imports with alias propagation (``import a.b as c; c.f()``,
+- :math:`E_{dep}` from ``ast`` (``parsing.py``): imports with alias propagation (``import a.b as c; c.f()``,
   re-exports through a module's own imports), inheritance, and calls resolved exactly (bare
   names, ``self.m`` along the inheritance chain, dotted aliases) or fuzzily (``var.m`` when one
   method in the repository has that name and no built-in type has a method of that name).
@@ -48,7 +48,7 @@ Small-scale deviations
 - No agent loop: the retriever applies SearchNode and one ExploreRPG expansion in one pass.
 """
 
-from . import corpus, graph, issues, retrieval
+from . import corpus, graph, issues, parsing, retrieval
 from .corpus import PACKAGES, load_repository, mutate
 from .experiment import Config, Result, accuracy_table, evolve, measurements, per_repository, run, unit_checks
 from .graph import (RPG, Entity, HierarchyModel, Lifter, abstract_nodes, empty_abstract_nodes, encode, fit_hierarchy,
