@@ -14,10 +14,9 @@ from compendium.stats import Estimate, mean_interval, paired_difference, spearma
 from compendium.validation import require_int, require_number
 
 from . import losses
-from .maze import MOVES, PI_KINDS, generate_mazes, make_pi, maze_keys, step_positions
+from .maze import PI_KINDS, generate_mazes, make_pi, maze_keys, step_positions
 from .policy import PISlotPolicy
-from .training import (AssetSettings, Recipe, evaluate, maze_tensors, rollout, teacher_student_kl,
-                       train_pool)
+from .training import AssetSettings, evaluate, maze_tensors, rollout, teacher_student_kl, train_pool
 
 __all__ = ["Config", "Result", "run", "measurements", "select_grid_point", "select_init", "seed_values", "curve_runs",
            "degeneracy_gaps", "shared_parameter_check", "kl_checks", "bfs_expert_gap", "kv_cache_gap"]
