@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from compendium.training import TrainSpec, fit, seeded_init
+from compendium.training import TrainSpec, fit, seeded_init, torch_threads
 
 from .data import DATASETS, MAX_DEGREE, make_dataset
 
@@ -103,7 +103,11 @@ def train_gcn(graphs: list, num_classes: int, settings: AssetSettings, seed: int
 def build_asset(out_dir: Path, scale: str, seed: int) -> None:
     """Per dataset: the graphs (``<name>_graphs.pt``) and ``num_models`` GCNs (``<name>_<k>.pt``,
     training seeds ``seed * 100 + k``), with train / dev / test accuracies in ``metadata.json``."""
-    out_dir = Path(out_dir)
+    with torch_threads(1):          # tiny graphs: two threads only spin on a busy 2-core machine
+        _build(Path(out_dir), scale, seed)
+
+
+def _build(out_dir: Path, scale: str, seed: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     settings = settings_for(scale)
     meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(settings), "datasets": {}}
