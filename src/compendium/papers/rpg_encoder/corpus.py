@@ -98,7 +98,7 @@ def load_repository(package: str) -> dict[str, str]:
 OPERATIONS = ("add", "delete", "modify", "move")
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32)  # ast trees are large: keep only the files of the current edit
 def _functions(path: str, source: str) -> list:
     """(node, parent body, is_top_level) for every def of a file."""
     out = []

@@ -183,7 +183,7 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=2048)
 def parse_file(path: str, source: str) -> ParsedFile:
     """Parse one file into entities and unresolved references (no lifting; memoised on the text)."""
     tree = ast.parse(source, filename=path)
