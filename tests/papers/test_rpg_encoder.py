@@ -68,6 +68,22 @@ def test_fuzzy_rule_resolves_unique_methods_but_not_builtin_names():
     assert ("m.py::f", "m.py::Header.append", "call") not in edges
 
 
+def test_fetch_and_explore_tools(mini):
+    rpg, _, _ = mini
+    node = paper.fetch_node(rpg, "pkg/core.py::parse_header")
+    assert "def parse_header(text, strict=False):" in node["source"] and node["features"][0] == "parse header"
+    down = paper.explore(rpg, "pkg/core.py::parse_header", edge_types=("call",))
+    assert down == {"pkg/core.py::_split_fields", "pkg/util.py::clean"}
+    assert paper.explore(rpg, "pkg/util.py::clean", direction="upstream", edge_types=("call",)) == {"pkg/core.py::parse_header"}
+    two = paper.explore(rpg, "pkg/sub/extra.py::use", depth=2, edge_types=("call",))
+    assert {"pkg/core.py::parse_header", "pkg/util.py::clean"} <= two
+    assert "pkg/core.py::Message.as_string" in paper.explore(rpg, "pkg/core.py", depth=2, edge_types=("contains",))
+    with pytest.raises(ValueError):
+        paper.explore(rpg, "pkg/core.py", direction="sideways")
+    with pytest.raises(ValueError):
+        paper.fetch_node(rpg, "nope")
+
+
 def test_unit_checks_hand_made():
     checks = paper.unit_checks()
     assert checks["lca"] and checks["alias"] and checks["inheritance"]

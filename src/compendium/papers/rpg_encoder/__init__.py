@@ -51,7 +51,8 @@ Small-scale deviations
 from . import corpus, graph, issues, parsing, retrieval
 from .corpus import PACKAGES, load_repository, mutate
 from .experiment import Config, Result, accuracy_table, evolve, measurements, per_repository, run, unit_checks
-from .graph import (RPG, Entity, HierarchyModel, Lifter, abstract_nodes, empty_abstract_nodes, encode, fit_hierarchy,
+from .graph import (RPG, Entity, HierarchyModel, Lifter, abstract_nodes, containment_edges, empty_abstract_nodes, encode,
+                    explore, fetch_node, fit_hierarchy,
                     lca_directory, parse_file, repo_diff, resolve_edges, rpg_update, skeleton, skeleton_coverage,
                     split_identifier)
 from .retrieval import BASELINES, RETRIEVERS, acc_at_k, bm25_scores, build_index, rank_of_gold

@@ -337,3 +337,46 @@ def skeleton_coverage(rpg: RPG) -> float:
     for path, text in skeleton(rpg).items():
         got |= {e.id for e in parse_file(path, text).entities[1:]}
     return len(want & got) / max(1, len(want))
+
+
+# ------------------------------------------------------------------------------------------------
+# Operation tools: FetchNode and ExploreRPG (SearchNode is BM25 in retrieval.py)
+# ------------------------------------------------------------------------------------------------
+
+def fetch_node(rpg: RPG, node_id: str) -> dict:
+    """FetchNode: a node's features, metadata and source (the unit's lines; a file's whole text)."""
+    if node_id not in rpg.entities:
+        raise ValueError(f"unknown node {node_id!r}")
+    e = rpg.entities[node_id]
+    return {"features": rpg.features[node_id], "kind": e.kind, "path": e.path, "qualname": e.qualname,
+            "lines": (e.lineno, e.end_lineno), "source": e.code if e.kind == "function" else None}
+
+
+def containment_edges(rpg: RPG) -> set:
+    """(parent, child, "contains"): file -> top-level unit, class -> method, function -> nested def."""
+    out = set()
+    for eid, e in rpg.entities.items():
+        if e.kind == "file":
+            continue
+        parent = f"{e.path}::{e.qualname.rsplit('.', 1)[0]}" if "." in e.qualname else e.path
+        out.add((parent if parent in rpg.entities else e.path, eid, "contains"))
+    return out
+
+
+def explore(rpg: RPG, node_id: str, *, direction: str = "downstream", depth: int = 1,
+            edge_types=("call", "inherit", "import", "contains")) -> set:
+    """ExploreRPG: nodes within ``depth`` steps along the chosen edge types, not counting the start."""
+    if direction not in ("downstream", "upstream", "both"):
+        raise ValueError(f"direction must be 'downstream', 'upstream' or 'both', got {direction!r}")
+    edges = [e for e in (*rpg.edges, *containment_edges(rpg)) if e[2] in edge_types]
+    step = {}
+    for s, d, _ in edges:
+        if direction in ("downstream", "both"):
+            step.setdefault(s, set()).add(d)
+        if direction in ("upstream", "both"):
+            step.setdefault(d, set()).add(s)
+    seen, frontier = {node_id}, {node_id}
+    for _ in range(depth):
+        frontier = {n for f in frontier for n in step.get(f, ())} - seen
+        seen |= frontier
+    return seen - {node_id}
