@@ -10,26 +10,11 @@ kernel). Without CUDA it says so and times only the reference on the CPU (smalle
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from compendium.kernels import spec_verify as sv
-
-
-def _median_time(fn, reps: int, cuda: bool) -> float:
-    fn()                                                   # warm-up (and Triton compilation)
-    if cuda:
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from compendium.kernels.bench import median_time as _median_time
 
 
 def main() -> None:

@@ -92,11 +92,13 @@ def main() -> None:
                         help="copy built assets from DIR (e.g. results/smoke/assets) into the throw-away project "
                              "and replace the timed cold build by an untimed warm-up build (chapters only): only the "
                              "forced chapter runs are timed")
-    parser.add_argument("--only", nargs="+", metavar="SLUG", help="force only these ready chapters")
+    parser.add_argument("--only", nargs="+", metavar="SLUG",
+                        help="build and force only these ready chapters (each run is `compendium build --only ...`)")
     args = parser.parse_args()
     registry = load_registry(paths.REGISTRY)
     slugs = [c.slug for c in registry.ready if not args.only or c.slug in args.only]
     two_thread = [c.slug for c in registry.ready if c.threads > 1]
+    only = ["--only", *slugs] if args.only else []  # every run builds just these chapters and the book
     load = {"before": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
         root = make_project(Path(tmp) / "project", fixture=False)
@@ -108,9 +110,9 @@ def main() -> None:
             now = time.time()
             for path in target.rglob("*"):  # newer than the copied sources, so Snakemake keeps them
                 os.utime(path, (now, now))
-            # untimed: brings every chapter current (with --only, those left out must not run in the
-            # timed --cores 1 run below); no asset may rerun (checked below)
-            warm = run(root, "build", "--scale", args.scale, "--cores", "2")
+            # untimed: brings the chapters current (with --only: just those, and every run below
+            # builds only them and the book); no asset may rerun (checked below)
+            warm = run(root, "build", "--scale", args.scale, "--cores", "2", *only)
             warm_assets = [p.stem for p in (root / "results" / args.scale / "benchmarks").glob("asset-*.tsv")]
             shutil.rmtree(root / "results" / args.scale / "benchmarks", ignore_errors=True)
             figures = {}
@@ -120,7 +122,7 @@ def main() -> None:
         per_chapter = {}
         for cores in (1, 2):
             figures[f"forced chapters, --cores {cores}"] = run(
-                root, "build", "--scale", args.scale, "--cores", str(cores), "--force", *slugs)
+                root, "build", "--scale", args.scale, "--cores", str(cores), *only, "--force", *slugs)
             per_chapter[cores] = {s: bench_seconds(root, args.scale, s) for s in slugs}
             per_chapter[cores]["(book)"] = bench_seconds(root, args.scale, "book")
         rebuilt = sorted(p.stem for p in (root / "results" / args.scale / "benchmarks").glob("asset-*.tsv"))
