@@ -7,6 +7,7 @@ so tests never touch the repository's own results/.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -57,6 +58,16 @@ def kernel_env() -> dict:
     else:
         env["TRITON_INTERPRET"] = "1"
     return env
+
+
+def run_kernel_script(script: str, *args: str, env: dict | None = None, timeout: int = 300):
+    """Run a kernel test's script in a subprocess (``kernel_env()`` unless ``env`` is given: Triton's
+    interpreter on the CPU, compiled on CUDA under COMPENDIUM_KERNEL_DEVICE=cuda) and return the JSON
+    its last line prints."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=kernel_env() if env is None else env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def project_env(root: Path) -> dict:

@@ -7,15 +7,13 @@ small and random: T not a multiple of the page size, GQA ratios 1/2/4, index set
 of size >= T, non-contiguous caches.
 """
 
-import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from conftest import kernel_env
+from conftest import kernel_env, run_kernel_script
 
 SCRIPT = r"""
 import json, math, torch
@@ -110,9 +108,7 @@ print(json.dumps(out))
 def interpreted():
     pytest.importorskip("triton")
     env = kernel_env()
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_kernel_script(SCRIPT, env=env, timeout=300)
 
 
 def test_sparse_decode_kernel_matches_reference(interpreted):

@@ -6,8 +6,6 @@ is first imported, so the comparison runs in a fresh subprocess.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,7 +16,7 @@ from compendium.kernels.segment_softmax import (
     segment_softmax_aggregate_reference,
 )
 
-from conftest import kernel_env
+from conftest import kernel_env, run_kernel_script
 
 CASES = [
     (40, 4, 16, 0.15),     # the chapter's layer: 4 heads of 16
@@ -54,10 +52,7 @@ print(json.dumps(out))
 
 def test_kernel_equals_reference_in_interpreter():
     pytest.importorskip("triton")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=kernel_env(), capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_kernel_script(SCRIPT, json.dumps(CASES), timeout=600)
     assert len(results) == len(CASES)
     for case, res in zip(CASES, results):
         assert res["shape_ok"], (case, res)
@@ -122,8 +117,6 @@ def test_training_through_the_interpreted_kernel_equals_gatconv():
     pytest.importorskip("triton")
     env = kernel_env()
     env["TRITON_INTERPRET"] = "1"                      # a CPU run even under COMPENDIUM_KERNEL_DEVICE=cuda
-    proc = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_kernel_script(TRAIN_SCRIPT, env=env, timeout=600)
     assert res["backend"] == "triton"
     assert res["loss_gap"] <= 1e-4 and res["embed_gap"] <= 1e-3, res

@@ -6,15 +6,13 @@ is first imported, so the comparison runs in a fresh subprocess.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from compendium.kernels.event_tokens import event_tokens, event_tokens_reference
 
-from conftest import kernel_env
+from conftest import run_kernel_script
 
 CASES = [
     (1, 24, 32, 16, 2049),     # the chapter's widths: d = 32 (C = 16), the 2 x 32 x 32 table
@@ -53,10 +51,7 @@ print(json.dumps(out))
 
 def test_kernel_equals_reference_in_interpreter():
     pytest.importorskip("triton")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=kernel_env(), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_kernel_script(SCRIPT, json.dumps(CASES), timeout=300)
     assert len(results) == len(CASES)
     for case, res in zip(CASES, results):
         assert res["shape_ok"] and res["pads_zero"], (case, res)

@@ -6,9 +6,6 @@ the comparison runs in a fresh subprocess.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,7 +14,7 @@ from compendium.kernels.routing import expert_sample_route, expert_sample_route_
 
 pytest.importorskip("triton")
 
-from conftest import kernel_env
+from conftest import run_kernel_script
 
 CASES = [
     (37, 32, 8, 4, 8, 1.0),      # Expert-Sample
@@ -52,11 +49,7 @@ print(json.dumps(out))
 
 
 def test_kernel_equals_reference_in_interpreter():
-    env = kernel_env()
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_kernel_script(SCRIPT, json.dumps(CASES), timeout=120)
     assert len(results) == len(CASES)
     for case, res in zip(CASES, results):
         assert res["indices_equal"] and res["shape_ok"], (case, res)

@@ -6,9 +6,6 @@ is first imported, so the comparison runs in a fresh subprocess.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +13,7 @@ import torch
 
 from compendium.kernels.gat_aggregation import masked_softmax_aggregate, masked_softmax_aggregate_reference
 
-from conftest import kernel_env
+from conftest import run_kernel_script
 
 CASES = [
     (2, 50, 32, 0.12),     # the chapter's size: n = 50, d = 32
@@ -49,10 +46,7 @@ print(json.dumps(out))
 
 def test_kernel_equals_reference_in_interpreter():
     pytest.importorskip("triton")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=kernel_env(), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_kernel_script(SCRIPT, json.dumps(CASES), timeout=300)
     assert len(results) == len(CASES)
     for case, res in zip(CASES, results):
         assert res["shape_ok"], (case, res)

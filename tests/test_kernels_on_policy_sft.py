@@ -8,16 +8,13 @@ COMPENDIUM_KERNEL_DEVICE=cuda, as benchmarks/gpu_check.sh sets it); ``TRITON_INT
 set before Triton is first imported, so the comparison runs in a fresh subprocess.
 """
 
-import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from compendium.kernels.centered_loglik import centered_loglik, centered_loglik_reference
 
-from conftest import kernel_env
+from conftest import run_kernel_script
 
 SCRIPT = r"""
 import json, os, torch
@@ -47,9 +44,7 @@ print(json.dumps(out))
 
 def test_kernel_equals_reference_in_interpreter():
     pytest.importorskip("triton")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=kernel_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_kernel_script(SCRIPT, timeout=600)
     assert {r["V"] for r in results} >= {1000, 32000, 151936}
     bad = [r for r in results if not (r["err"] <= 1e-5 and r["strided"] == 0.0)]
     assert not bad, bad

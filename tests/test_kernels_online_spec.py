@@ -6,9 +6,6 @@ COMPENDIUM_KERNEL_DEVICE=cuda, as benchmarks/gpu_check.sh sets it); ``TRITON_INT
 set before Triton is first imported, so the comparison runs in a fresh subprocess.
 """
 
-import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,7 +14,7 @@ import torch
 from compendium import speculative as spec
 from compendium.kernels.spec_verify import spec_verify, spec_verify_reference
 
-from conftest import kernel_env
+from conftest import run_kernel_script
 
 
 def _shapes(count=200, seed=0):
@@ -69,9 +66,7 @@ print(json.dumps(out))
 
 def test_kernel_equals_spec_verify_token_for_token_in_interpreter():
     pytest.importorskip("triton")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=kernel_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_kernel_script(SCRIPT, timeout=600)
     assert len(results) == len(_shapes()) >= 200
     bad = [(i, r) for i, r in enumerate(results) if r["n_mismatch"] or r["tok_mismatch"] or r["noncontig_mismatch"]]
     assert not bad, bad[:5]
