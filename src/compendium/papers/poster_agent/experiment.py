@@ -1,0 +1,194 @@
+"""The chapter's experiment: greedy evaluation of every trained arm on held-out prompts, the
+compute-matched best-of-(K + 1) baseline, every estimate a verdict depends on, and the
+implementation checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from compendium.rl import group_advantages
+from compendium.stats import Estimate, mean_interval, paired_difference
+from compendium.validation import require_int, require_number
+
+from .env import NUM_BINS, SLOTS, LayoutEnv, Prompts, reward
+from .policy import LayoutPolicy
+from .training import ARMS, Settings, arm_loss, best_of_drafts, collect, evaluate
+
+__all__ = ["Config", "Result", "run", "measurements", "per_seed", "weakest", "telescoping_gap", "advantage_checks",
+           "component_range", "determinism_gap", "k0_gradient_gap", "UNIT"]
+
+UNIT = "held-out prompts"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Evaluation settings and the criteria's margins (fixed before any run).
+
+    Parameters
+    ----------
+    seed : int
+        Draws the held-out prompts and the sampled drafts of the best-of baseline (the trained
+        policies are the asset's).
+    test_prompts : int
+        Held-out prompts (the issue: 500); the unit of every interval within a training seed.
+    reward_margin : float
+        Smallest effect of interest on R (in [0, 1]) for the headline and the one-shot claim.
+    headroom_max : float
+        The strongest baseline's mean final R must stay at or below this (the task is not saturated).
+    """
+
+    seed: int = 0
+    test_prompts: int = 500
+    reward_margin: float = 0.01
+    headroom_max: float = 0.9
+
+    def __post_init__(self):
+        require_int("seed", self.seed, 0, 2**31 - 1)
+        require_int("test_prompts", self.test_prompts, 20, 20000)
+        require_number("reward_margin", self.reward_margin, 0.0, 0.5)
+        require_number("headroom_max", self.headroom_max, 0.0, 1.0)
+
+
+@dataclass
+class Result:
+    """Greedy episodes per arm (``R`` (M, N, K + 1), ``dR`` (M, N, K), ``layouts``), the best-of
+    baseline (``best_of`` (M, N)), the held-out prompts and the asset's settings and curves."""
+
+    episodes: dict
+    best_of: np.ndarray
+    prompts: object
+    settings: Settings
+    curves: dict
+    samples_per_update: dict
+    components: dict
+
+
+def run(config: Config, policies: dict, meta: dict) -> Result:
+    """Evaluate every arm on fresh held-out prompts (a stream disjoint from the training seeds')."""
+    st = meta["settings_obj"]
+    prompts = LayoutEnv(st.min_elements, st.max_elements, seed=[config.seed, 4242]).sample(config.test_prompts)
+    episodes = {arm: evaluate(policies[arm], prompts, st.refine_steps) for arm in ARMS}
+    gen = torch.Generator().manual_seed(int(config.seed) * 7 + 3)
+    best = best_of_drafts(policies["one_shot"], prompts, st.refine_steps + 1, gen)
+    comps = {}
+    m = st.num_seeds
+    pm = Prompts(*(np.broadcast_to(a, (m,) + a.shape)[:, :, None] for a in (prompts.present, prompts.value, prompts.kappa)))
+    for arm in ARMS:
+        _, parts = reward(pm, episodes[arm]["layouts"], components=True)       # (M, N, K + 1) each
+        comps[arm] = parts
+    return Result(episodes, best["best"], prompts, st, {a: meta["arms"][a]["curve"] for a in ARMS},
+                  {a: meta["arms"][a]["samples_per_update"] for a in ARMS}, comps)
+
+
+def per_seed(fn, *arrays) -> list[Estimate]:
+    """``fn`` applied to each training seed's slice of the (M, N) arrays."""
+    return [fn(*(a[i] for a in arrays)) for i in range(arrays[0].shape[0])]
+
+
+def weakest(estimates: list[Estimate]) -> tuple[Estimate, int]:
+    """The estimate with the lowest interval end, and its seed index: its interval clears a bar
+    exactly when every seed's does."""
+    i = int(np.argmin([e.low for e in estimates]))
+    return estimates[i], i
+
+
+def measurements(res: Result) -> dict:
+    """Every per-seed estimate the ledger needs (intervals over held-out prompts, 95 %)."""
+    ep = res.episodes
+    final = {a: ep[a]["R"][:, :, -1] for a in ARMS}
+    step_mean = {a: ep[a]["dR"].mean(-1) for a in ARMS if ep[a]["dR"].shape[-1]}           # (M, N)
+    neg_frac = {a: (ep[a]["dR"] < 0).mean(-1) for a in ARMS if ep[a]["dR"].shape[-1]}
+    pdiff = lambda a, b: paired_difference(a, b, level=0.95, unit=UNIT)  # noqa: E731
+    mint = lambda a: mean_interval(a, level=0.95, unit=UNIT)              # noqa: E731
+    out = {
+        "sarl_vs_traj": per_seed(pdiff, final["sarl"], final["trajectory"]),
+        "sarl_step_dR": per_seed(mint, step_mean["sarl"]),
+        "traj_more_negative": per_seed(pdiff, neg_frac["trajectory"], neg_frac["sarl"]),
+        "sarl_vs_best_of": per_seed(pdiff, final["sarl"], res.best_of),
+        "permuted_step_dR": per_seed(mint, step_mean["sarl_permuted"]),
+        "permuted_vs_traj": per_seed(pdiff, final["sarl_permuted"], final["trajectory"]),
+        "no_norm_vs_sarl": per_seed(pdiff, final["sarl_no_norm"], final["sarl"]),
+        "traj_step_dR": per_seed(mint, step_mean["trajectory"]),
+    }
+    baselines = {"trajectory GRPO": final["trajectory"].mean(1), "best of K+1 one-shot drafts": res.best_of.mean(1)}
+    best = max(baselines, key=lambda k: baselines[k].mean())
+    out["headroom"] = mean_interval(baselines[best], level=0.95, unit="training seeds")
+    out["headroom_method"] = best
+    out["final_means"] = {a: final[a].mean(1) for a in ARMS} | {"best_of": res.best_of.mean(1)}
+    out["draft_means"] = {a: ep[a]["R"][:, :, 0].mean(1) for a in ARMS}
+    out["step_means"] = {a: ep[a]["dR"].mean(1) for a in ARMS}                         # (M, K)
+    out["neg_frac"] = {a: neg_frac[a].mean(1) for a in neg_frac}
+    out["noop_frac"] = {a: (ep[a]["actions"] == len(SLOTS) * 8).mean((1, 2)) for a in ARMS if ep[a]["dR"].shape[-1]}
+    return out
+
+
+# ------------------------------------------------------------------------- implementation checks
+def telescoping_gap(res: Result) -> float:
+    """Max over every logged greedy episode of |sum_k dR_k - (R(L_K) - R(L_0))|, with dR as the
+    environment returned it for each edit and R recomputed from the layouts."""
+    gaps = [np.abs(ep["dR"].sum(-1) - (ep["R"][..., -1] - ep["R"][..., 0])).max() for ep in res.episodes.values()]
+    return float(max(gaps))
+
+
+def advantage_checks(st: Settings, seed: int = 0) -> dict:
+    """On one SARL batch of a fresh policy (draft groups of R(L_0), refine groups of dR): the
+    largest |group mean| of the advantages, the largest |group std - s / (s + 1e-4)| (unit std up
+    to trl's eps), the largest |advantage| in tied groups, and how many tied groups there were."""
+    policy = LayoutPolicy(1, st.hidden, [seed])
+    prompts = LayoutEnv(st.min_elements, st.max_elements, seed=[seed, 3]).sample((1, 16))
+    gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
+    groups = []
+    b = collect("sarl", policy, prompts, st, gen, rng)
+    groups.append(b["r0"].reshape(-1, st.group_size))
+    from .training import _refine_step                                          # the refine groups, logged
+    state = b["draft"][0][:, :, 0]
+    pg = prompts.expand(1)
+    for k in range(st.refine_steps):
+        tiled = np.broadcast_to(state[:, :, None], state.shape[:2] + (st.group_size,) + state.shape[2:])
+        step = _refine_step(policy, pg, tiled, k / st.refine_steps, gen)
+        groups.append(step["delta"].reshape(-1, st.group_size))
+        state = step["new"][:, :, 0]
+    groups.append(np.zeros((1, st.group_size)))                                  # a tie by construction
+    r = np.concatenate(groups)
+    adv = group_advantages(torch.as_tensor(r, dtype=torch.float64)).numpy()
+    s = r.std(-1, ddof=1)
+    tied = np.ptp(r, axis=-1) == 0
+    return {"max_abs_mean": float(np.abs(adv.mean(-1)).max()),
+            "max_std_gap": float(np.abs(adv[~tied].std(-1, ddof=1) - s[~tied] / (s[~tied] + 1e-4)).max()),
+            "max_tied_adv": float(np.abs(adv[tied]).max()), "tied_groups": int(tied.sum()), "groups": int(len(r))}
+
+
+def component_range(res: Result) -> tuple[float, float]:
+    """Smallest and largest reward component over every evaluated layout of every arm."""
+    vals = np.concatenate([np.ravel(v) for c in res.components.values() for v in c.values()])
+    return float(vals.min()), float(vals.max())
+
+
+def determinism_gap(min_elements: int, max_elements: int, seed: int = 0) -> float:
+    """Two environments with the same seed: max |gap| of prompts, hidden kappa and the rewards of
+    the same random layouts (0 when deterministic); a different seed must differ (checked in tests)."""
+    out = []
+    for _ in range(2):
+        env = LayoutEnv(min_elements, max_elements, seed=seed)
+        p = env.sample(64)
+        lay = np.random.default_rng(seed).integers(0, NUM_BINS, size=(64, len(SLOTS), 4))
+        out.append(np.concatenate([p.present.ravel(), p.value.ravel(), p.kappa, reward(p, lay)]))
+    return float(np.abs(out[0] - out[1]).max())
+
+
+def k0_gradient_gap(st: Settings, seed: int = 0) -> float:
+    """With K = 0 refinements, max |gradient gap| between the trajectory-GRPO and SARL losses on the
+    same sampled drafts (float64)."""
+    grads = []
+    for arm in ("trajectory", "sarl"):
+        policy = LayoutPolicy(2, st.hidden, [seed, seed + 1]).double()
+        prompts = LayoutEnv(st.min_elements, st.max_elements, seed=[seed, 8]).sample((2, 4))
+        gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
+        batch = collect(arm, policy, prompts, st, gen, rng, refine_steps=0, dtype=torch.float64)
+        loss = arm_loss(policy, batch, prompts, st, dtype=torch.float64)
+        grads.append(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(policy.drafter.parameters()))]))
+    return float((grads[0] - grads[1]).abs().max())
+
