@@ -1,0 +1,122 @@
+r"""S2M-Net: spectral-spatial token mixing and a morphology-aware adaptive loss (MASL).
+
+Paper card
+----------
+"S2M-Net: Spectral-Spatial Mixing with Morphology-Aware Adaptive Loss for Medical Image
+Segmentation", Md. Sanaullah Chowdhury and Lameya Sabrin, ICML 2026; seed file
+``000_f69ae4f9f6fb29da.txt``, abstract 9. **No code and no paper text were available**: the two
+public abstracts differ (an arXiv v1 calls the block a "Spectral-Selective Token Mixer"); we follow
+the ICML abstract. The SSTM layout, the four descriptors, the five losses and the weighting rule
+below are our inference from it, not the authors' design.
+
+Equations implemented
+---------------------
+SSTM (``layers.SSTMBlock``) on :math:`x \in \mathbb{R}^{C \times H \times W}`:
+
+.. math::
+   \mathrm{Spec}_K(x) = \mathrm{irfft2}\big(W \odot P_K\,\mathrm{rfft2}(x)\big),\quad
+   \mathrm{Gate}_d(x) = \sigma\big(W_2\,\mathrm{GELU}(W_1 x)\big),\quad
+   y = x + \mathrm{DW}_{3\times3}\big(P_{1\times1}(\mathrm{Spec}_K(x) \odot \mathrm{Gate}_d(x))\big)
+
+with :math:`P_K` the centred K x K low-frequency block, :math:`W \in \mathbb{C}^{C\times K\times(K/2+1)}`
+learnable and :math:`d = 16`. Ablations: ``FNOBlock`` (no gate), ``SelfAttention2d`` (global
+attention, :math:`O((HW)^2 C)`), the plain U-Net (no mixer, width raised to equal parameters).
+All sit in ``TinyUNet`` at the two lowest resolutions (1/4 and 1/8).
+
+Energy fraction (``shapes.low_frequency_energy_fraction``), one definition: mean removed,
+:math:`\sum_{|k| \in K\times K} |\hat x_k|^2 / \sum_k |\hat x_k|^2` over the centred block, a
+share :math:`K^2/(HW)` of the spectrum (1/121 at K = 32, 352 x 352).
+
+MASL (``morphology.MASL``): descriptors :math:`m` = (compactness :math:`4\pi A/P^2`, tubularity
+:math:`|\mathrm{skel}|/A`, irregularity :math:`1 - A/A_{hull}`, scale :math:`A/HW`) of each ground
+truth; weights :math:`w = w_{min} + (1 - 5w_{min})\,\mathrm{softmax}(\theta + \Phi\tilde m)` over
+(Dice, BCE, focal, boundary, soft-clDice), each loss divided by its running mean.
+
+What is ours and what is a library's
+-----------------------------------
+FFTs, convolutions, attention (``scaled_dot_product_attention``): PyTorch. Perimeter, skeleton,
+convex hull: scikit-image. Distance transforms, connected components: scipy. Intervals and slopes:
+``compendium.stats``. Training: ``compendium.training.fit``. Ours: the mixers' layout, the U-Net,
+the synthetic families, the losses (no maintained PyTorch package for clDice and the boundary loss
+works offline here), MASL and the FLOP counts.
+
+Small-scale deviations
+----------------------
+- Synthetic 64 px images at smoke scale, 96 and 128 px at full (the paper: 15 real datasets); the
+  real images (sklearn's photographs, scikit-image's retina and cameraman) enter only the
+  spectral-energy measurements, since no package ships segmentation masks for them.
+- U-Nets of about 0.06-0.1 M parameters (the paper: 4.7 M), trained for 60 (smoke) or 240 (full)
+  steps of 8 images, three training seeds per arm.
+- The loss arms (MASL, permuted descriptors, fixed sum) train at the first size only.
+"""
+
+from .experiment import (
+    ARMS,
+    ASSET_NAME,
+    LABELS,
+    LOSS_ARMS,
+    MIXER_ARMS,
+    AssetSettings,
+    Config,
+    Result,
+    build_asset,
+    deciding_seed,
+    evaluate,
+    load_models,
+    measurements,
+    predict,
+    real_images,
+    run,
+    settings_for,
+    time_layer,
+    train_arm,
+    training_set,
+    width_for,
+)
+from .layers import (
+    MIXERS,
+    ConvBlock,
+    FNOBlock,
+    SelfAttention2d,
+    SpatialGate,
+    SpectralMixer,
+    SSTMBlock,
+    TinyUNet,
+    corner_gradient,
+    count_flops,
+    flop_ratio_symbolic,
+    flops_attention,
+    flops_sstm,
+    make_mixer,
+    parameter_count,
+)
+from .morphology import (
+    DESCRIPTORS,
+    LOSSES,
+    MASL,
+    betti0_error,
+    bce_loss,
+    boundary_loss,
+    cldice_score,
+    descriptors,
+    dice_loss,
+    dice_score,
+    focal_loss,
+    loss_terms,
+    morphology_prior,
+    soft_cldice_loss,
+    soft_skeleton,
+)
+from .real import grey, skimage_camera, skimage_retina, sklearn_sample_photos
+from .shapes import (
+    FAMILIES,
+    ellipse_mask,
+    family_mask,
+    low_frequency_energy_fraction,
+    make_dataset,
+    parseval_gap,
+    render_image,
+    signed_distance,
+    star_mask,
+    vessel_mask,
+)
