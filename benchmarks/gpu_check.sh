@@ -81,11 +81,12 @@ if [ "$DRY" -eq 1 ] || ! has_cuda; then
 fi
 
 echo "CUDA device found: running the kernel tests compiled, the benchmarks and one chapter on the GPU."
-step kernel-tests-compiled 180 env COMPENDIUM_KERNEL_DEVICE=cuda "$PY" -m pytest -q tests/test_kernels_async_spade.py tests/test_kernels_expert_sample.py tests/test_kernels_online_spec.py tests/test_kernels_graph_alignment.py tests/test_kernels_c2_gmae.py tests/test_kernels_on_policy_sft.py tests/test_kernels_event2vec.py
+step kernel-tests-compiled 180 env COMPENDIUM_KERNEL_DEVICE=cuda "$PY" -m pytest -q tests/test_kernels_async_spade.py tests/test_kernels_expert_sample.py tests/test_kernels_online_spec.py tests/test_kernels_graph_alignment.py tests/test_kernels_c2_gmae.py tests/test_kernels_on_policy_sft.py tests/test_kernels_event2vec.py tests/test_kernels_matryoshka_3d.py
 step kernel-benchmarks 150 "$PY" benchmarks/async_spade_kernels.py
 step kernel-benchmarks-online_spec 60 "$PY" benchmarks/online_spec_kernels.py
 step kernel-benchmarks-c2_gmae 90 "$PY" benchmarks/c2_gmae_kernels.py
 step kernel-benchmarks-on_policy_sft 60 "$PY" benchmarks/on_policy_sft_kernels.py
+step kernel-benchmarks-matryoshka_3d 60 "$PY" benchmarks/matryoshka_3d_kernels.py
 PROJ="$(mktemp -d)/project"
 step chapter-gpu-expert_sample 300 bash -c "'$PY' -c \"import sys; sys.path.insert(0, 'tests'); from conftest import make_project; from pathlib import Path; make_project(Path('$PROJ'), fixture=False)\" && cd '$PROJ' && COMPENDIUM_ROOT='$PROJ' HF_HUB_OFFLINE=1 '$PY' -m compendium.cli execute expert_sample --set device=cuda"
 echo "report: $REPORT"

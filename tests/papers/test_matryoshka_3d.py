@@ -1,0 +1,220 @@
+"""Tests for compendium.papers.matryoshka_3d: the toy, the three axes, the losses, the cube, a tiny run."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from compendium.losses import hard_negative_loss, info_nce
+from compendium.papers import matryoshka_3d as paper
+from compendium.papers.matryoshka_3d import data as D
+from compendium.stats import Estimate
+
+SPEC = D.TaskSpec(num_concepts=30, num_topics=4, topic_size=20, doc_min=4, doc_max=8)
+TINY_ENCODER = paper.EncoderSettings(hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                                     rank=8)
+
+
+def _task(seed=0):
+    return D.make_task(SPEC, np.random.default_rng(seed))
+
+
+def _encoder(factorized=False, seed=0):
+    torch.manual_seed(seed)
+    return paper.Encoder(TINY_ENCODER, SPEC.vocab_size, SPEC.max_length, factorized=factorized).eval()
+
+
+# ---------------------------------------------------------------- the toy
+def test_token_map_is_a_bijection():
+    L, C, F = SPEC.num_languages, SPEC.num_concepts, SPEC.forms
+    lang, conc, form = np.meshgrid(np.arange(L), np.arange(C), np.arange(F), indexing="ij")
+    toks = D.token_of(SPEC, lang, conc, form).ravel()
+    assert len(np.unique(toks)) == L * C * F and toks.min() == 2 and toks.max() == SPEC.vocab_size - 1
+
+
+def test_documents_queries_and_rendering():
+    task, rng = _task(), np.random.default_rng(1)
+    topics, concepts = D.sample_documents(task, 50, rng)
+    lengths = (concepts >= 0).sum(1)
+    assert ((lengths >= SPEC.doc_min) & (lengths <= SPEC.doc_max)).all()
+    for t, row in zip(topics, concepts):
+        row = row[row >= 0]
+        assert len(set(row)) == len(row) and set(row) <= set(task.topic_concepts[t])
+    queries = D.sample_queries(task, concepts, rng)
+    for q, doc in zip(queries, concepts):
+        q = q[q >= 0]
+        assert 1 <= len(q) <= len(doc[doc >= 0]) and set(q) <= set(doc)
+    langs = rng.integers(0, SPEC.num_languages, 50)
+    ids, lens = D.render(task, concepts, langs, rng)
+    assert ids.shape == (50, SPEC.doc_max + 1) and (lens == lengths + 1).all()
+    assert (ids[np.arange(50), lens - 1] == D.EOS).all() and (ids[np.arange(SPEC.doc_max + 1)[None] >= lens[:, None]] == D.PAD).all()
+    # each token decodes to its language and to a concept of the document, in the language's word order
+    for row, n, lang, doc in zip(ids, lens, langs, concepts):
+        code = (row[:n - 1] - 2) // SPEC.forms
+        assert (code // SPEC.num_concepts == lang).all()
+        cs = code % SPEC.num_concepts
+        assert set(cs) == set(doc[doc >= 0]) and (np.diff(task.order_rank[lang][cs]) > 0).all()
+
+
+def test_pool_batches_have_same_topic_hard_negatives():
+    task = _task()
+    pool = D.TrainingPool.make(task, 60, 10, np.random.default_rng(2))
+    assert np.bincount(pool.languages).tolist() == [60, 60, 10, 10, 10, 10]
+    batch = pool.batch(12, np.random.default_rng(3))
+    assert batch["q"][0].shape[0] == 12 and batch["n"][0].shape[0] == 12 * SPEC.hard_negatives
+    same_topic = pool.topics[batch["negatives"]] == pool.topics[batch["index"]][:, None]
+    assert same_topic.all() and (batch["negatives"] != batch["index"][:, None]).all()
+
+
+# ---------------------------------------------------------------- the three axes
+def test_axes_follow_the_code():
+    assert paper.mrl_dims(64) == [8, 16, 32, 64] and paper.mrl_dims(1024)[-1] == 1024 and len(paper.mrl_dims(1024)) == 8
+    w = paper.mrl_weights(sorted(paper.mrl_dims(1024), reverse=True), 1024)
+    assert np.allclose(np.round(w, 3), paper.PAPER_WEIGHTS_1024)
+    assert math.isclose(paper.mrl_weights([8, 64], 64)[0], 1 / (2 * math.sqrt(8)))
+    assert paper.mll_layers(6) == [1, 2, 4, 6] and paper.mll_layers(40) == [1, 2, 4, 8, 16, 24, 32, 40]
+    assert paper.mll_layers(1) == [1]
+    assert paper.mel_ranks(32) == [4, 8, 16, 32] and paper.mel_ranks(512) == [64, 128, 256, 512]
+    assert np.allclose(paper.rank_probabilities([64, 128, 256, 512]), [1 / 15, 2 / 15, 4 / 15, 8 / 15])
+
+
+def test_rank_sampling_is_proportional_to_rank():
+    out = paper.rank_frequency_test([4, 8, 16, 32], 6000, np.random.default_rng(4))
+    assert out["p_value"] > 1e-3 and sum(out["counts"]) == 6000
+    # power: a uniform sampler is rejected by the same test
+    counts = np.bincount(np.random.default_rng(5).integers(0, 4, 6000))
+    import scipy.stats
+    assert scipy.stats.chisquare(counts, 6000 * paper.rank_probabilities([4, 8, 16, 32])).pvalue < 1e-10
+
+
+def test_svd_factorisation_is_eckart_young_and_nested():
+    g = torch.Generator().manual_seed(6)
+    E = torch.randn(50, 16, generator=g, dtype=torch.float64)
+    gap = paper.svd_init_gap(E, 8)
+    assert gap["relative_gap"] < 1e-10
+    emb = paper.FactorizedEmbedding.from_svd(E, 8)
+    assert sum(p.numel() for p in emb.parameters()) == 50 * 8 + 8 * 16
+    ids = torch.tensor([[0, 3, 7]])
+    assert torch.allclose(emb(ids, 8), emb.matrix(8)[ids]) and torch.allclose(emb(ids, 2), emb.matrix(2)[ids])
+    full = paper.FactorizedEmbedding.from_svd(E, 16)
+    assert torch.allclose(full.matrix(), E, atol=1e-10)
+    with pytest.raises(ValueError):
+        emb(ids, 9)
+
+
+# ---------------------------------------------------------------- encoder and losses
+def test_encoder_exits_pooling_and_padding():
+    model = _encoder()
+    task, rng = _task(), np.random.default_rng(7)
+    ids, lens = D.render(task, D.sample_documents(task, 5, rng)[1], np.zeros(5, int), rng)
+    tokens, lengths = paper.pad_batch(ids, lens)
+    with torch.no_grad():
+        out = model(tokens, lengths, exits=[1, 2])
+        assert out[1].shape == out[2].shape == (5, 16)
+        ref = model.backbone(input_ids=tokens, output_hidden_states=True)
+        rows = torch.arange(5)
+        assert torch.allclose(out[2], ref.last_hidden_state[rows, lengths - 1], atol=1e-6)
+        assert torch.allclose(out[1], model.backbone.norm(ref.hidden_states[1][rows, lengths - 1]), atol=1e-6)
+        padded = torch.cat([tokens, torch.zeros(5, 4, dtype=torch.long)], 1)   # more right padding: same embedding
+        assert torch.allclose(model(padded, lengths)[2], out[2], atol=1e-5)
+        single = model(tokens[:1, :int(lengths[0])], lengths[:1])[2]            # alone, unpadded: same
+        assert torch.allclose(single, out[2][:1], atol=1e-5)
+
+
+def test_contrastive_terms_match_the_shared_losses():
+    g = torch.Generator().manual_seed(8)
+    q, p = torch.randn(6, 16, generator=g), torch.randn(6, 16, generator=g)
+    n = torch.randn(6, 5, 16, generator=g)
+    terms = paper.contrastive_terms(q, p, n, [4, 8, 16])
+    for m, t in zip([4, 8, 16], terms):
+        direct = info_nce(q[:, :m], p[:, :m]) + hard_negative_loss(q[:, :m], p[:, :m], n[..., :m])
+        assert torch.allclose(t, direct, atol=1e-5)
+
+
+def test_variant_losses_train_and_differ():
+    task = _task()
+    pool = D.TrainingPool.make(task, 30, 10, np.random.default_rng(9))
+    batch = pool.batch(4, np.random.default_rng(10))
+    values = {}
+    for name in paper.VARIANTS:
+        spec = paper.variant(name, TINY_ENCODER)
+        model = _encoder()
+        if spec.factorized:
+            model.factorize()
+        model.train()
+        loss = paper.variant_loss(model, spec, batch, rank=spec.ranks[0] if spec.ranks else None)
+        loss.backward()
+        assert torch.isfinite(loss) and any(p.grad is not None for p in model.parameters())
+        values[name] = float(loss)
+    assert values["plain"] != values["mrl"] and values["plain"] != values["mll"]
+
+
+def test_recall_and_monotonicity():
+    S = torch.eye(4)
+    assert paper.recall_at_1(S).all()
+    S[0, 1] = 1.0                                                   # a tie counts against the query
+    assert paper.recall_at_1(S).tolist() == [False, True, True, True]
+    cube = np.ones((2, 3, 2)) * 0.5
+    assert paper.monotonicity_violations(cube, [4, 8], [1, 2, 4], [8, 16]) == []
+    cube[1, 2, 0] = 0.45                                            # rank 8, layer 4, dim 8 drops 5 points vs layer 2
+    v = paper.monotonicity_violations(cube, [4, 8], [1, 2, 4], [8, 16])
+    axes = sorted(x["axis"] for x in v)
+    assert axes == ["layer", "rank"] and all(abs(x["drop"] - 0.05) < 1e-12 for x in v)
+
+
+def test_paired_gain_and_equivalence():
+    est = paper.paired_gain([0.6, 0.7, 0.65], [0.4, 0.45, 0.42])
+    assert isinstance(est, Estimate) and est.n == 3 and est.low < est.point < est.high
+    assert abs(est.point - np.mean([0.2, 0.25, 0.23])) < 1e-12
+    t = paper.equivalence([0.500, 0.501, 0.499], [0.5, 0.5, 0.5])
+    assert t.equivalent and -0.02 < t.estimate.low < t.estimate.high < 0.02
+    assert not paper.equivalence([0.6, 0.62, 0.61], [0.5, 0.5, 0.5]).equivalent
+
+
+def test_config_checks():
+    with pytest.raises(ValueError):
+        paper.Config(eval_docs=5)
+    with pytest.raises(ValueError):
+        paper.Config(rank_draws=10)
+    with pytest.raises(ValueError):
+        paper.variant("nope", TINY_ENCODER)
+    with pytest.raises(ValueError):
+        paper.settings_for("medium")
+
+
+# ---------------------------------------------------------------- tiny asset and run
+@pytest.fixture(scope="module")
+def tiny_asset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("m3d")
+    settings = paper.AssetSettings(task=SPEC, encoder=TINY_ENCODER, pairs_high=40, pairs_low=10, dev_queries=20,
+                                   batch_size=4, stage0_max_steps=4, stage0_target=0.99, check_every=2,
+                                   stage1_steps=2, num_seeds=2)
+    paper.build_asset(out, "smoke", 0, settings=settings)
+    return out
+
+
+@pytest.mark.slow
+def test_tiny_asset_and_run(tiny_asset):
+    meta = json.loads((tiny_asset / "metadata.json").read_text())
+    assert len(meta["models"]) == 2 * len(paper.VARIANTS) and meta["stage0"]["log"]["steps"] == 4
+    models, stage0, settings, meta = paper.load_asset(tiny_asset)
+    assert all(len(v) == 2 for v in models.values())
+    # stage 1 starts from stage 0: the factorised models' backbones share the stage-0 layers' shapes, and
+    # the MEL run saw only the nested ranks
+    assert set(meta["models"]["mel_0"]["log"]["ranks_seen"]) == {"1", "2", "4", "8"}
+    config = paper.Config(eval_docs=24, rank_draws=200, kernel_rows=8)
+    res = paper.run(config, models, stage0, settings, meta)
+    assert res.cubes["plain"].shape == (2, 1, 2, 2) and res.cubes["ml3d"].shape == (2, 4, 2, 2)
+    assert ((res.cubes["ml3d"] >= 0) & (res.cubes["ml3d"] <= 1)).all()
+    assert res.kernel_gap < 1e-6 and res.one_dim_gap < 1e-6 and res.svd[0]["relative_gap"] < 1e-5
+    assert res.embedding_parameters["mel"] == SPEC.vocab_size * 8 + 8 * 16
+    m = paper.measurements(res)
+    assert isinstance(m["mrl_gain"], Estimate) and m["mrl_gain"].n == 2
+    if res.sentence_transformers["ok"]:
+        mrl, layers = res.sentence_transformers["mrl"], res.sentence_transformers["layers"]
+        assert abs(mrl[0] - mrl[1]) < 1e-5 and abs(layers[0] - layers[1]) < 1e-5
+    else:
+        pytest.importorskip("sentence_transformers")
+        pytest.fail(res.sentence_transformers["error"])
