@@ -4,6 +4,6 @@
 loss with masking (see its docstring for the equations).
 """
 
-from .grpo import AGGREGATIONS, GRPOLoss, group_advantages, grpo_loss, kl_k3
+from .grpo import AGGREGATIONS, GRPOLoss, group_advantages, grpo_loss, kl_k3, masked_group_advantages
 
-__all__ = ["AGGREGATIONS", "GRPOLoss", "group_advantages", "grpo_loss", "kl_k3"]
+__all__ = ["AGGREGATIONS", "GRPOLoss", "group_advantages", "grpo_loss", "kl_k3", "masked_group_advantages"]

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GRPOLoss", "group_advantages", "kl_k3", "grpo_loss", "AGGREGATIONS"]
+__all__ = ["GRPOLoss", "group_advantages", "masked_group_advantages", "kl_k3", "grpo_loss", "AGGREGATIONS"]
 
 AGGREGATIONS = ("sequence", "token")
 
@@ -228,3 +228,47 @@ def grpo_loss(logp, logp_old, advantages, *, logp_ref=None, mask=None, clip_eps:
                      mean_kl=float((kl * mask).sum() / total_tokens),
                      mean_ratio=float((ratio * mask).sum() / total_tokens))
     return GRPOLoss(loss=loss, **stats)
+
+
+def masked_group_advantages(rewards, mask, *, eps: float = 1e-4, scale: str = "std") -> torch.Tensor:
+    """Group-normalised advantages over the members of each group that have a reward.
+
+    Rollouts whose reward is missing (``mask`` False: an unlabelled trajectory whose sparse
+    feedback was never given) are dropped: they get advantage 0 and do not enter their group's
+    mean or standard deviation. With every entry valid this equals :func:`group_advantages`.
+
+    Parameters
+    ----------
+    rewards : array_like or torch.Tensor, shape (..., G)
+        Rewards (any finite value where ``mask`` is False; it is ignored).
+    mask : array_like of bool, same shape
+        Which rewards exist.
+    eps, scale :
+        As in :func:`group_advantages`.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., G)
+        0 for dropped rollouts and for every member of a group with fewer than two valid rewards
+        or with equal valid rewards; otherwise ``(r - mean_valid) / (std_valid + eps)``.
+    """
+    r = _tensor(rewards, "rewards")
+    m = torch.as_tensor(mask).to(torch.bool)
+    if m.shape != r.shape:
+        raise ValueError(f"mask must have the shape of rewards {tuple(r.shape)}, got {tuple(m.shape)}")
+    if r.dim() < 1 or r.shape[-1] < 2:
+        raise ValueError(f"rewards need a last (group) axis of size >= 2, got shape {tuple(r.shape)}")
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    if scale not in ("std", "none"):
+        raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
+    mf = m.to(r.dtype)
+    count = mf.sum(dim=-1, keepdim=True)
+    centred = (r - (r * mf).sum(dim=-1, keepdim=True) / count.clamp(min=1.0)) * mf
+    high = torch.where(m, r, torch.full_like(r, -torch.inf)).amax(dim=-1, keepdim=True)
+    low = torch.where(m, r, torch.full_like(r, torch.inf)).amin(dim=-1, keepdim=True)
+    flat = (count < 2) | (high == low)                                          # no signal in the group
+    if scale == "std":
+        std = torch.sqrt((centred ** 2).sum(dim=-1, keepdim=True) / (count - 1).clamp(min=1.0))
+        centred = centred / (std + eps)
+    return torch.where(m & ~flat, centred, torch.zeros_like(centred))
