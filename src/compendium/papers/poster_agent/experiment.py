@@ -122,6 +122,7 @@ def measurements(res: Result) -> dict:
     out["step_means"] = {a: ep[a]["dR"].mean(1) for a in ARMS}                         # (M, K)
     out["neg_frac"] = {a: neg_frac[a].mean(1) for a in neg_frac}
     out["noop_frac"] = {a: (ep[a]["actions"] == len(SLOTS) * 8).mean((1, 2)) for a in ARMS if ep[a]["dR"].shape[-1]}
+    out["zero_frac"] = {a: (ep[a]["dR"] == 0).mean((1, 2)) for a in ARMS if ep[a]["dR"].shape[-1]}   # edits that changed nothing
     return out
 
 
