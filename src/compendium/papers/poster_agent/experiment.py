@@ -98,7 +98,7 @@ def weakest(estimates: list[Estimate]) -> tuple[Estimate, int]:
 def measurements(res: Result) -> dict:
     """Every per-seed estimate the ledger needs (intervals over held-out prompts, 95 %)."""
     ep = res.episodes
-    final = {a: ep[a]["R"][:, :, -1] for a in ARMS}
+    final = {a: ep[a]["R"][:, :, 0 if a == "one_shot" else -1] for a in ARMS}     # the one-shot arm does not refine
     step_mean = {a: ep[a]["dR"].mean(-1) for a in ARMS if ep[a]["dR"].shape[-1]}           # (M, N)
     neg_frac = {a: (ep[a]["dR"] < 0).mean(-1) for a in ARMS if ep[a]["dR"].shape[-1]}
     pdiff = lambda a, b: paired_difference(a, b, level=0.95, unit=UNIT)  # noqa: E731
