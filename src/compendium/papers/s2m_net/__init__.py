@@ -45,9 +45,12 @@ Small-scale deviations
 - Synthetic 64 px images at smoke scale, 96 and 128 px at full (the paper: 15 real datasets); the
   real images (sklearn's photographs, scikit-image's retina and cameraman) enter only the
   spectral-energy measurements, since no package ships segmentation masks for them.
-- U-Nets of about 0.06-0.1 M parameters (the paper: 4.7 M), trained for 60 (smoke) or 240 (full)
-  steps of 8 images, three training seeds per arm.
-- The loss arms (MASL, permuted descriptors, fixed sum) train at the first size only.
+- U-Nets of about 0.03-0.04 M parameters (the paper: 4.7 M), first-level width 6 (S2M-toy),
+  trained for 40 (smoke) or 60 (full) steps of 4 images, three training seeds per arm: far from
+  converged.
+- Every arm trains at the first size (64 px at smoke, 96 px at full); at 128 px (full) only the
+  plain U-Net and S2M-toy, which the mixer claim compares.
+- The multi-class (instrument) variant and HD95 are not run.
 """
 
 from .experiment import (

@@ -63,7 +63,7 @@ def settings_for(scale: str) -> AssetSettings:
         return AssetSettings(sizes=(64,), train_images=96, steps=40, batch_size=4, learning_rate=5e-3,
                              base_width=6, modes=8, gate_dim=16, floor=0.05, prior_strength=1.0, num_seeds=3)
     if scale == "full":
-        return AssetSettings(sizes=(96, 128), train_images=240, steps=80, batch_size=8, learning_rate=4e-3,
+        return AssetSettings(sizes=(96, 128), train_images=144, steps=60, batch_size=4, learning_rate=5e-3,
                              base_width=6, modes=8, gate_dim=16, floor=0.05, prior_strength=1.0, num_seeds=3)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
 
