@@ -138,7 +138,7 @@ def test_updates_to_target():
     assert paper.checkpoint_rounds(60)[0] == 0 and 20 in paper.checkpoint_rounds(60) and paper.checkpoint_rounds(60)[-1] == 60
 
 
-def test_tiny_training_run_is_deterministic_and_learns_the_tint(tmp_path):
+def test_tiny_training_run_is_deterministic_and_records_every_checkpoint():
     st = replace(paper.settings_for("smoke"), train_questions=64, updates=12, questions_per_update=4, num_seeds=2,
                  curve_questions=16)
     arms = [a for a in paper.ARMS if a.name in ("grpo", "cofact", "uniform_rescaled")]
