@@ -22,7 +22,7 @@ proxy :math:`Q = -d + \gamma m` (m: small contrast / saturation edits), gain
 image statistics with the pool's median distance as bandwidth, the pool holding labelled
 *training* trajectories only (ring buffer), label rate :math:`\rho = 0.1`, :math:`\kappa = 4`.
 
-*Prior-guided sampling* (``train.rollout``): behaviour policy :math:`(1-\lambda_t)\pi_\theta + \lambda_t
+*Prior-guided sampling* (``policy.rollout``): behaviour policy :math:`(1-\lambda_t)\pi_\theta + \lambda_t
 \pi_{prior}`, :math:`\lambda` annealed linearly from 0.5 to 0 over the first half of training;
 :math:`\pi_{prior}` an auto-exposure / white-balance rule (half uniform). GRPO's ratios use
 :math:`\pi_{\theta_{old}}` (no behaviour correction).
