@@ -22,10 +22,20 @@ def _pack(images) -> SimpleNamespace:
 
 
 def sklearn_sample_photos() -> SimpleNamespace:
-    """scikit-learn's two bundled photographs (china.jpg, flower.jpg): (2, 427, 640, 3) uint8."""
-    from sklearn.datasets import load_sample_images
+    """scikit-learn's two bundled photographs (china.jpg, flower.jpg): (2, 427, 640, 3) uint8.
 
-    return _pack(load_sample_images().images)
+    Read from the package's ``datasets/images`` folder with Pillow, as ``load_sample_images``
+    does (same arrays; the manifest's checksum confirms it on every load)."""
+    import importlib.util
+    from pathlib import Path
+
+    from PIL import Image
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("scikit-learn is not installed: its sample photographs are unavailable")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "images"
+    return _pack([np.asarray(Image.open(folder / name)) for name in ("china.jpg", "flower.jpg")])
 
 
 def skimage_retina() -> SimpleNamespace:
