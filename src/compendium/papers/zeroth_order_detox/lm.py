@@ -175,15 +175,18 @@ def build_scorer(out_dir: Path, scale: str, seed: int) -> dict:
     if scale not in ("smoke", "full"):
         raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
     scorer, info = fit_scorer(4000, seed)
-    np.savez(Path(out_dir) / "scorer.npz", weights=scorer.weights, bias=scorer.bias)
+    # float64 tensors, like the other assets' torch files (exact round trip)
+    torch.save({"weights": torch.as_tensor(np.asarray(scorer.weights, dtype=np.float64)),
+                "bias": torch.tensor(float(scorer.bias), dtype=torch.float64)}, Path(out_dir) / "scorer.pt")
     (Path(out_dir) / "metadata.json").write_text(json.dumps({"scale": scale, "seed": seed, **info}, indent=1) + "\n")
     return info
 
 
 def load_scorer(path: str | Path) -> tuple[ToxicityScorer, dict]:
     path = Path(path)
-    data = np.load(path / "scorer.npz")
-    return ToxicityScorer(data["weights"], float(data["bias"])), json.loads((path / "metadata.json").read_text())
+    data = torch.load(path / "scorer.pt", map_location="cpu", weights_only=True)
+    return (ToxicityScorer(data["weights"].numpy(), float(data["bias"])),
+            json.loads((path / "metadata.json").read_text()))
 
 
 # ------------------------------------------------------------------------------------- generation
