@@ -16,9 +16,9 @@ against its own positive and its own K hard negatives only (target 0).
 :func:`info_nce_from_logits` takes logits the caller has already scaled (a learned CLIP logit
 scale, a prompt bank), so every chapter's contrastive cross-entropy goes through one function.
 
-Users: matryoshka_3d (retrieval encoders, MRL / layer / rank-nested losses); written to serve the
-PixCLIP chapter (symmetric region-text InfoNCE) and prototype_tta (its dual encoder's
-cross-entropy over the prompt bank, ``info_nce_from_logits``) as well.
+Users: matryoshka_3d (retrieval encoders, MRL / layer / rank-nested losses) and prototype_tta (its
+dual encoder's cross-entropy over the 1110-prompt bank, ``info_nce_from_logits``); written to serve
+the PixCLIP chapter (symmetric region-text InfoNCE) as well.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ...losses import info_nce_from_logits
 from ...training import TrainSpec, fit, seeded_init, torch_threads
 from . import data
 
@@ -171,7 +172,7 @@ def train(settings: TrainSettings, seed: int, log=print, split: dict | None = No
         target = starts[length] + (rng.random(settings.batch_size) * (starts[length + 1] - starts[length])).astype(np.int64)
         canvases = data.compose_canvases(prompt_tokens[target], train_images, train_labels, rng)
         logits = model(_to_tensor(canvases), all_prompts_tensor)    # (B, 1110)
-        loss = F.cross_entropy(logits, torch.from_numpy(target))
+        loss = info_nce_from_logits(logits, torch.from_numpy(target))  # the library's one contrastive loss
         if step % 300 == 0 or step == settings.steps - 1:  # the scale shown is the one before this step
             log(f"step {step:5d}  loss {loss.item():.4f}  scale {model.logit_scale().item():.1f}")
         return loss
