@@ -1,0 +1,97 @@
+"""Tests of the vidlada_mars_cache module: masks, loss, decoding, caches, FLOPs, a tiny run."""
+
+import numpy as np
+import pytest
+import torch
+
+from compendium.papers import vidlada_mars_cache as paper
+from compendium.papers.vidlada_mars_cache import model as M
+from compendium.papers.vidlada_mars_cache.experiment import AssetSettings, train_model
+
+
+def tiny_model(seed=0, frames=4, patches=3, L=4):
+    torch.manual_seed(seed)
+    return M.VideoLM(32, 2, 4, frames * patches + 3 + L).eval()
+
+
+def test_num_transfer_tokens_remainder_first():
+    assert paper.num_transfer_tokens(10, 4) == [3, 3, 2, 2]
+    assert paper.num_transfer_tokens(4, 4) == [1, 1, 1, 1]
+    assert sum(paper.num_transfer_tokens(7, 3)) == 7
+
+
+def test_visibility_counts_and_chunk_mask():
+    assert paper.visibility_check(64)
+    assert paper.chunk_all_anchors_is_full()
+    m = paper.frame_chunk_mask(3, 2, 2, torch.zeros(6, dtype=torch.bool))
+    assert m[0, 1] and not m[0, 2] and m[0, 6] and m[6].all()      # own frame, not others, text
+    # a broken (causal) mask must fail the bidirectional identity
+    assert not torch.equal(paper.visibility_counts(paper.causal_mask(8)), torch.full((8,), 8))
+
+
+def test_questions_answers_are_consistent():
+    q = paper.make_questions(400, 6, 4, 4, np.random.default_rng(0))
+    video = q.tokens[:, :24].view(-1, 6, 4)
+    s = q.answer_start
+    for i in range(400):
+        t, a, b = q.tokens[i, 24:27].tolist()
+        ans = q.tokens[i, s:].tolist()
+        if t == M.Q_FIRST:
+            frames = (video[i] == a).any(1).nonzero().flatten()
+            assert ans[0] == M.NUM + int(frames[0]) and q.key_frame[i] == int(frames[0])
+        elif t == M.Q_COUNT:
+            assert ans[0] == M.NUM + int((video[i] == a).any(1).sum())
+        elif t == M.Q_PRESENT:
+            present = sorted(set(video[i, a - M.NUM].tolist()) - {0})
+            assert ans[:len(present)] == present or (not present and ans[0] == M.NO)
+    assert set(np.unique(q.tercile())) == {0, 1, 2}
+
+
+def test_loss_plumbing():
+    assert paper.hand_loss_error() < 1e-6
+    r = paper.mask_rate_checks(seeds=2, batch=512)
+    assert r["untouched"] and r["max_z"] < 4
+
+
+def test_cache_exactness_and_generate_keeps_prompt():
+    model = tiny_model()
+    q = paper.make_questions(8, 4, 3, 4, np.random.default_rng(1))
+    ex = paper.cache_exactness(model, q)
+    assert ex["cached"] < 1e-5 and ex["chunk_all"] < 1e-5 and ex["same_answers"]
+    ans, cost = paper.mdm_generate(model, q, paper.CachePolicy("mars", 2, 0))
+    assert ans.shape == (8, 4) and (ans != M.MASK).all() and len(cost) == 4
+    again, _ = paper.mdm_generate(model, q, paper.CachePolicy("mars", 2, 0))
+    assert torch.equal(ans, again)                                        # temperature 0: deterministic
+    # chunking without anchors changes the first pass's logits (the check has power)
+    ids = q.tokens.clone(); ids[:, q.answer_start:] = M.MASK
+    T, V = ids.shape[1], q.n_visual
+    full, _, _ = model.partial(ids, torch.arange(T), None, lambda l, m: M.bidirectional_mask(T))
+    none = torch.zeros(8, V, dtype=torch.bool)
+    chunk, _, _ = model.partial(ids, torch.arange(T), None, lambda l, m: M.frame_chunk_mask(4, 3, T - V, none), text_start=V)
+    assert (chunk - full).abs().max() > 1e-4
+
+
+def test_flops_model():
+    none = paper.policy_flops(paper.CachePolicy("none"), 32, 16, 4, 4, 128, 4)
+    T = 512 + 7
+    assert none == 4 * (4 * (24 * 128 ** 2 * T + 4 * 128 * T * T) + 2 * 128 * M.VOCAB * 4)
+    mars_all = paper.policy_flops(paper.CachePolicy("mars", 1, 10 ** 6), 32, 16, 4, 4, 128, 4)
+    assert mars_all == none                        # all anchors, refresh every step = no cache
+    assert paper.policy_flops(paper.CachePolicy("mars", 8, 0), 32, 16, 4, 4, 128, 4) < none / 5
+    assert paper.choose_cheapest([{"flops": 1, "period": 2, "anchors": 0, "dev_agreement": 0.5},
+                                  {"flops": 2, "period": 2, "anchors": 8, "dev_agreement": 0.99}], 0.98)["flops"] == 2
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError):
+        paper.Config(model_seeds=0)
+    with pytest.raises(ValueError):
+        paper.Config(anchor_counts=())
+
+
+def test_tiny_training_reduces_loss():
+    s = AssetSettings(frames=4, patches=3, answer_len=4, d=32, layers=1, heads=2, train_steps=30,
+                      batch=32, learning_rate=3e-3, num_models=1)
+    _, log = train_model(s, "mdm", 0)
+    losses = [l for _, l in log["losses"]]
+    assert losses[-1] < losses[0]
