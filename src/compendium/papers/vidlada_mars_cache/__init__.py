@@ -10,7 +10,8 @@ Implemented (``model.py``):
   frame f); the frame holding the deciding evidence is recorded, and accuracy is split by its
   tercile; train / dev / test questions come from disjoint generator streams;
 * one tiny pre-LN transformer of our own with explicit boolean attention masks and a per-layer
-  K/V cache (``VideoLM.partial``), trained as AR (causal mask, next-token CE on the answer) and
+  K/V cache (``VideoLM.partial``; a visual token's input also carries the embedding of its
+  frame's number token, an inductive bias that makes frame indices easy to read out), trained as AR (causal mask, next-token CE on the answer) and
   as a masked diffusion model (bidirectional mask; the LLaDA loss: ``t ~ U(0,1)``,
   ``p_mask = (1 - eps) t + eps``, ``eps = 1e-3``, loss ``sum_masked CE / p_mask / L``);
 * LLaDA's low-confidence remasking at temperature 0 (one block, ``num_transfer_tokens``);
@@ -33,7 +34,8 @@ Small-scale deviations:
   (asynchronous visual refresh, frame-wise chunk attention, anchors), not the authors' method;
 * the dLLM-Cache baseline drops its value-similarity ("V-verify") partial response refresh: the
   whole answer is recomputed every step (its most accurate setting);
-* models are d = 64, 2-3 layers, trained for seconds to minutes on F <= 12 frames of 4 patches
+* models are d = 64, 2 layers, trained for 160 (smoke) or 900 (full) steps on 6 or 8 frames of 4
+  patches
   (not d = 128 x 4 layers on 32 x 16); the FLOP ratio, which is arithmetic, is evaluated at the
   issue's full configuration (32 frames x 16 patches, d = 128, 4 layers, steps = answer = 4)
   and labelled a model; the cache decisions (R_v, A) are made by dev agreement on the toy;

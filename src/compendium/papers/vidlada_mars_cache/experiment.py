@@ -40,10 +40,10 @@ class AssetSettings:
 def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
         return AssetSettings(frames=6, patches=4, answer_len=4, d=64, layers=2, heads=4,
-                             train_steps=180, batch=64, learning_rate=3e-3)
+                             train_steps=160, batch=64, learning_rate=3e-3)
     if scale == "full":
-        return AssetSettings(frames=12, patches=4, answer_len=4, d=64, layers=3, heads=4,
-                             train_steps=1500, batch=64, learning_rate=2e-3)
+        return AssetSettings(frames=8, patches=4, answer_len=4, d=64, layers=2, heads=4,
+                             train_steps=900, batch=64, learning_rate=3e-3)
     raise ValueError(f"unknown scale {scale!r}")
 
 
@@ -55,7 +55,7 @@ def train_model(s: AssetSettings, objective: str, seed: int) -> tuple[VideoLM, d
     """Train one model ('ar' or 'mdm') on fresh questions from the TRAIN stream."""
     T = s.frames * s.patches + 3 + s.answer_len
     with seeded_init(seed):
-        model = VideoLM(s.d, s.layers, s.heads, T)
+        model = VideoLM(s.d, s.layers, s.heads, T, s.frames * s.patches, s.patches)
     rng = _rng(TRAIN, seed)
     gen = torch.Generator().manual_seed(seed)
 
@@ -95,7 +95,7 @@ def load_models(path, count: int):
     out = {"ar": [], "mdm": []}
     for i in range(count):
         for objective in out:
-            m = VideoLM(s.d, s.layers, s.heads, T)
+            m = VideoLM(s.d, s.layers, s.heads, T, s.frames * s.patches, s.patches)
             m.load_state_dict(torch.load(path / f"{objective}_{i}.pt", weights_only=True))
             out[objective].append(m.eval())
     return s, out

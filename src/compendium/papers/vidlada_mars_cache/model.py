@@ -143,9 +143,10 @@ class VideoLM(torch.nn.Module):
     whose layers read/write a per-layer K/V cache. Attention probabilities are computed densely;
     masked pairs are excluded (the FLOP model counts only allowed pairs)."""
 
-    def __init__(self, d: int, layers: int, heads: int, max_len: int):
+    def __init__(self, d: int, layers: int, heads: int, max_len: int, n_visual: int = 0, patches: int = 1):
         super().__init__()
         self.d, self.n_layers, self.heads, self.max_len = d, layers, heads, max_len
+        self.n_visual, self.patches = n_visual, patches
         self.tok = torch.nn.Embedding(VOCAB, d)
         self.pos = torch.nn.Embedding(max_len, d)
         self.blocks = torch.nn.ModuleList(Block(d, heads) for _ in range(layers))
@@ -171,6 +172,10 @@ class VideoLM(torch.nn.Module):
         H, dh = self.heads, self.d // self.heads
         active = torch.as_tensor(active)
         h = self.tok(ids[:, active]) + self.pos(active)[None]
+        if self.n_visual:   # a visual token also carries the embedding of its frame's number token
+            vis = active < self.n_visual
+            frame_tok = self.tok(NUM + active.clamp(max=self.n_visual - 1) // self.patches)
+            h = h + (frame_tok * vis[:, None])[None]
         new_cache, masks = [], []
         for layer, blk in enumerate(self.blocks):
             q, k, v = blk.qkv(blk.ln1(h)).view(B, -1, 3, H, dh).permute(2, 0, 3, 1, 4)
