@@ -17,8 +17,8 @@ against its own positive and its own K hard negatives only (target 0).
 scale, a prompt bank), so every chapter's contrastive cross-entropy goes through one function.
 
 Users: matryoshka_3d (retrieval encoders, MRL / layer / rank-nested losses) and prototype_tta (its
-dual encoder's cross-entropy over the 1110-prompt bank, ``info_nce_from_logits``); written to serve
-the PixCLIP chapter (symmetric region-text InfoNCE) as well.
+dual encoder's cross-entropy over the 1110-prompt bank, ``info_nce_from_logits``) and pixclip (its
+symmetric region-text, crop-text and global image-caption InfoNCE terms, ``info_nce``).
 """
 
 from __future__ import annotations
