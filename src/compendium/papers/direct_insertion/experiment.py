@@ -1,0 +1,315 @@
+"""Config, asset builder, evaluation and the statistics the ledger reads."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from compendium import stats
+from compendium.training import TrainSpec, fit, seeded_init
+from compendium.validation import require_int, require_number
+
+from . import model as M
+from . import render as R
+
+ASSET_NAME = "direct_insertion_models"
+VARIANTS = ("D", "E", "N", "O", "D-noctx")
+# proxy levels (dilate, grid): level 0 is the exact shape (the oracle O sees only it)
+PROXY_LEVELS = ((0.0, 0.0), (0.02, 0.05), (0.04, 0.1), (0.07, 0.15), (0.1, 0.2))
+TRAIN_LEVELS = (2, 3)  # D, E, N, D-noctx train on these imperfect proxies
+
+
+@dataclass(frozen=True)
+class AssetSettings:
+    steps: int
+    batch: int
+    pool: int
+    num_seeds: int
+    dim: int = 32
+    layers: int = 2
+    heads: int = 4
+    rank: int = 4
+    learning_rate: float = 3e-3
+
+
+def settings_for(scale: str) -> AssetSettings:
+    if scale == "smoke":
+        return AssetSettings(steps=130, batch=16, pool=768, num_seeds=3, learning_rate=1e-2)
+    if scale == "full":
+        return AssetSettings(steps=600, batch=32, pool=4096, num_seeds=3, learning_rate=1e-2)
+    raise ValueError(f"unknown scale {scale!r}")
+
+
+def to_torch(batch: dict, idx=None) -> dict:
+    sel = slice(None) if idx is None else idx
+    return {k: torch.from_numpy(np.ascontiguousarray(batch[k][sel])) for k in ("appearance", "geometry", "context", "target")}
+
+
+def insertion_loss(net, b: dict) -> torch.Tensor:
+    """MSE on rgb inside the box plus BCE on the silhouette logit (regression, not a flow)."""
+    out = net(b)
+    bm = torch.from_numpy(R.box_mask()).float()[None, :, :, None]
+    tgt = b["target"]
+    mse = ((out[..., :3] - tgt[..., :3]) ** 2 * bm).sum() / (bm.sum() * 3 * out.shape[0])
+    bce = F.binary_cross_entropy_with_logits(out[..., 3], tgt[..., 3])
+    return mse + 0.5 * bce
+
+
+def train_variant(name: str, pools: dict, st: AssetSettings, seed: int):
+    with seeded_init(seed):
+        net = M.variant(name, st.dim, st.layers, st.heads, st.rank)
+    pool = pools["oracle" if name == "O" else "proxy"]
+    rng = np.random.default_rng(seed + 7)
+    spec = TrainSpec(max_steps=st.steps, learning_rate=st.learning_rate, weight_decay=0.0, grad_clip=1.0,
+                     warmup_steps=10, schedule="cosine", threads=1, log_every=max(1, st.steps // 8))
+
+    def loss_fn(step):
+        return insertion_loss(net, to_torch(pool, rng.integers(0, st.pool, st.batch)))
+
+    log = fit(net, loss_fn, spec)
+    return net, log
+
+
+def build_asset(out_dir: Path, scale: str, seed: int) -> dict:
+    """Train every variant at ``num_seeds`` training seeds (``seed * 100 + k``) on one shared pool
+    of triplets (the oracle O on the same scenes with the exact proxy); save weights + metadata."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    st = settings_for(scale)
+    start = time.process_time()
+    levels = [PROXY_LEVELS[i] for i in TRAIN_LEVELS]
+    pools = {"proxy": R.make_triplets(np.random.default_rng(seed * 1000 + 1), st.pool, proxy_levels=levels),
+             "oracle": R.make_triplets(np.random.default_rng(seed * 1000 + 1), st.pool, proxy_levels=(PROXY_LEVELS[0],))}
+    meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(st), "models": {}}
+    for name in VARIANTS:
+        for k in range(st.num_seeds):
+            net, log = train_variant(name, pools, st, seed * 100 + k)
+            key = f"{name}_{k}"
+            torch.save(net.state_dict(), out_dir / f"{key}.pt")
+            d = log.to_dict()
+            meta["models"][key] = {"variant": name, "train_seed": seed * 100 + k, "parameters": M.parameter_count(net),
+                                   "final_loss": float(np.ravel(d["losses"][-1])[-1]), "log": d}
+    meta["cpu_seconds"] = round(time.process_time() - start, 1)
+    (out_dir / "metadata.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return {"models": len(meta["models"])}
+
+
+def load_models(path) -> tuple[dict, dict]:
+    """``({variant: [net per training seed]}, metadata)`` in eval mode."""
+    path = Path(path)
+    meta = json.loads((path / "metadata.json").read_text())
+    st = AssetSettings(**meta["settings"])
+    models: dict = {v: [] for v in VARIANTS}
+    for key, info in sorted(meta["models"].items(), key=lambda kv: (kv[1]["variant"], kv[1]["train_seed"])):
+        net = M.variant(info["variant"], st.dim, st.layers, st.heads, st.rank)
+        net.load_state_dict(torch.load(path / f"{key}.pt", weights_only=True))
+        models[info["variant"]].append(net.eval())
+    return models, meta
+
+
+# ---------------------------------------------------------------- metrics
+
+def composite(out: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """Mask compositing: the prediction inside the fixed box, the background bit for bit outside."""
+    bm = R.box_mask()[None, :, :, None] > 0
+    return np.where(bm, out[..., :3], background)
+
+
+def iou(pred_mask: np.ndarray, true_mask: np.ndarray) -> np.ndarray:
+    """Per-image IoU of boolean masks (N, S, S); 1 where both are empty."""
+    inter = (pred_mask & true_mask).sum((1, 2))
+    union = (pred_mask | true_mask).sum((1, 2))
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+
+
+def face_colour_error(pred_rgb, true_rgb, face, min_pixels: int = 4) -> np.ndarray:
+    """Per image: mean over visible faces (>= min_pixels) of |mean predicted - mean true colour|."""
+    out = np.zeros(len(face))
+    for i in range(len(face)):
+        errs = []
+        for f in range(6):
+            m = face[i] == f
+            if m.sum() >= min_pixels:
+                errs.append(np.abs(pred_rgb[i][m].mean(0) - true_rgb[i][m].mean(0)).mean())
+        out[i] = np.mean(errs) if errs else 0.0
+    return out
+
+
+def tint_error(pred_rgb, albedo_shaded, true_mask, tint) -> np.ndarray:
+    """Per image: least-squares tint of the predicted object pixels against the untinted shaded
+    albedo, mean |tint_hat - tint| over channels."""
+    m = true_mask[..., None]
+    num = (pred_rgb * albedo_shaded * m).sum((1, 2))
+    den = np.maximum((albedo_shaded**2 * m).sum((1, 2)), 1e-9)
+    return np.abs(num / den - tint).mean(1)
+
+
+@torch.no_grad()
+def predict(net, data: dict, chunk: int = 256) -> np.ndarray:
+    outs = [net(to_torch(data, slice(s, s + chunk))).numpy() for s in range(0, len(data["gap"]), chunk)]
+    return np.concatenate(outs)
+
+
+def evaluate(net, data: dict) -> dict:
+    out = predict(net, data)
+    rgb = composite(out, data["background"])
+    true = data["target"][..., 3] > 0.5
+    pm = (out[..., 3] > 0) & (R.box_mask()[None] > 0)
+    return {"iou": iou(pm, true), "face_error": face_colour_error(rgb, data["target"][..., :3], data["face"]),
+            "tint_error": tint_error(rgb, data["albedo_shaded"], true, data["tint"]),
+            "outside_exact": bool(np.array_equal(rgb[:, R.box_mask() == 0], data["background"][:, R.box_mask() == 0])),
+            "rgb": rgb, "mask": pm}
+
+
+def ols_slope(x, y) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    xc = x - x.mean()
+    return float((xc * (y - y.mean())).sum() / (xc**2).sum())
+
+
+def worst(estimates, side: str = "low"):
+    """The deciding estimate among per-seed ones: the lowest lower end (``'low'``), the highest
+    upper end (``'high'``) or the largest |bound| (``'abs'``, for an equivalence band)."""
+    key = {"low": lambda e: e.low, "high": lambda e: -e.high, "abs": lambda e: -max(abs(e.low), abs(e.high))}[side]
+    return min(estimates, key=key)
+
+
+# ---------------------------------------------------------------- implementation checks
+
+def euler_gaussian_check(mean, std, n: int, steps: int, rng: np.random.Generator) -> dict:
+    """Sample N(mean, diag(std^2)) with diffusers' FlowMatchEulerDiscreteScheduler driven by the
+    exact rectified-flow velocity ``E[noise - x0 | x_sigma]`` of that Gaussian (diffusers'
+    convention ``x_sigma = (1 - sigma) x0 + sigma noise``). Returns the sample moments, their
+    standard errors and the largest gap in SE units."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    mu, s2 = np.asarray(mean, float), np.asarray(std, float) ** 2
+    sch = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0)
+    sch.set_timesteps(steps)
+    x = torch.from_numpy(rng.standard_normal((n, len(mu))))
+    for t in sch.timesteps:
+        sigma = float(t) / 1000.0
+        var = (1 - sigma) ** 2 * s2 + sigma**2
+        v = -mu + (sigma - (1 - sigma) * s2) / var * (x.numpy() - (1 - sigma) * mu)
+        x = sch.step(torch.from_numpy(v), t, x).prev_sample
+    x = x.numpy()
+    m, v = x.mean(0), x.var(0, ddof=1)
+    se_m, se_v = np.sqrt(s2 / n), s2 * np.sqrt(2 / (n - 1))
+    return {"mean": m, "var": v, "max_se_gap": float(max(np.max(np.abs(m - mu) / se_m), np.max(np.abs(v - s2) / se_v)))}
+
+
+def implementation_checks(rng: np.random.Generator) -> dict:
+    lo, hi, valid, _ = R.random_shapes(rng, 4)
+    pose = rng.uniform(-60, 60, (4, 3))
+    a, b = R.render(lo, hi, valid, pose), R.render(lo, hi, valid, pose + 360.0)
+    rot360 = max(float(np.abs(a["depth"] - b["depth"]).max()), float((a["mask"] != b["mask"]).mean()))
+    cube_lo, cube_hi = np.full((1, 1, 3), -0.5), np.full((1, 1, 3), 0.5)
+    rolls = np.array([[20.0, 30.0, r] for r in np.linspace(0, 90, 7)])
+    areas = np.array([R.render(cube_lo, cube_hi, np.ones((1, 1), bool), p[None], size=128)["mask"].sum() for p in rolls])
+    cube_spread = float((areas.max() - areas.min()) / areas.mean())
+    with seeded_init(int(rng.integers(1 << 30))):
+        d0 = M.InContextTransformer(dim=32, rank=0, tied=True, positions="shared", shared_adapter=False)
+    e0 = M.InContextTransformer(dim=32, rank=0, tied=True, positions="shared", shared_adapter=True)
+    e0.load_state_dict(d0.state_dict())
+    data = R.make_triplets(rng, 8)
+    with torch.no_grad():
+        rank0_gap = float((d0(to_torch(data)) - e0(to_torch(data))).abs().max())
+    d, e = M.variant("D", 32, 2, 4, 4), M.variant("E", 32, 2, 4, 4)
+    pd_, pe = M.parameter_count(d), M.parameter_count(e)
+    return {"rot360": rot360, "cube_spread": cube_spread, "cube_areas": areas.tolist(), "rank0_gap": rank0_gap,
+            "param_gap": abs(pd_ - pe) / pd_, "params_D": pd_, "params_E": pe,
+            "euler": euler_gaussian_check([1.0, -2.0], [0.5, 2.0], 20000, 200, rng)}
+
+
+# ---------------------------------------------------------------- run
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    test_far: int = 128
+    test_near: int = 64
+    test_per_level: int = 64
+    gap_far: float = 30.0
+    gap_near: float = 5.0
+
+    def __post_init__(self):
+        for name, lo in (("test_far", 4), ("test_near", 4), ("test_per_level", 4)):
+            require_int(name, getattr(self, name), lo, 5000)
+        require_number("gap_far", self.gap_far, 0.0, 90.0)
+        require_number("gap_near", self.gap_near, 0.0, 90.0)
+        if self.gap_near >= self.gap_far:
+            raise ValueError("gap_near must be below gap_far")
+
+
+@dataclass
+class Result:
+    config: Config
+    sets: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # (set, variant, k) -> metric dict
+    impl: dict = field(default_factory=dict)
+
+
+def run(config: Config, models: dict) -> Result:
+    """Evaluate every trained model on test triplets drawn from the chapter seed."""
+    rng = np.random.default_rng(config.seed + 12345)
+    train_levels = [PROXY_LEVELS[i] for i in TRAIN_LEVELS]
+    res = Result(config)
+    sets = {"far": R.make_triplets(rng, config.test_far, gap_range=(config.gap_far, 90.0), proxy_levels=train_levels),
+            "near": R.make_triplets(rng, config.test_near, gap_range=(0.0, config.gap_near), proxy_levels=train_levels)}
+    # the far set's scenes again with the exact proxy, for the oracle
+    far_rng = np.random.default_rng(config.seed + 12345)
+    sets["far_oracle"] = R.make_triplets(far_rng, config.test_far, gap_range=(config.gap_far, 90.0),
+                                         proxy_levels=(PROXY_LEVELS[0],))
+    for j in range(1, 5):
+        lv_rng = np.random.default_rng(config.seed + 777)  # the same scenes at every level
+        sets[f"level{j}"] = R.make_triplets(lv_rng, config.test_per_level, gap_range=(config.gap_far, 90.0),
+                                            proxy_levels=(PROXY_LEVELS[j],))
+    res.sets = sets
+    plan = {"far": VARIANTS, "near": ("D", "N"), "far_oracle": ("O",), **{f"level{j}": ("D", "E") for j in range(1, 5)}}
+    for s, variants in plan.items():
+        for v in variants:
+            for k, net in enumerate(models[v]):
+                res.metrics[(s, v, k)] = evaluate(net, sets[s])
+    res.impl = implementation_checks(np.random.default_rng(config.seed + 99))
+    return res
+
+
+def measurements(res: Result) -> dict:
+    """Every statistic a verdict reads (per-seed paired intervals over test triplets; seeds not pooled)."""
+    m = res.metrics
+    seeds = sorted({k for (_, _, k) in m})
+    out: dict = {"seeds": seeds}
+
+    def per_seed(s, a, b, metric, unit):
+        return [stats.paired_difference(m[(s, a, k)][metric], m[(s, b, k)][metric], unit=unit) for k in seeds]
+
+    out["far_D_minus_N"] = per_seed("far", "D", "N", "iou", "far-gap test triplet")
+    out["near_D_minus_N"] = per_seed("near", "D", "N", "iou", "near-gap test triplet")
+    out["iou_D_minus_E"] = per_seed("far", "D", "E", "iou", "far-gap test triplet")
+    out["face_E_minus_D"] = per_seed("far", "E", "D", "face_error", "far-gap test triplet")
+    out["tint_noctx_minus_D"] = per_seed("far", "D-noctx", "D", "tint_error", "far-gap test triplet")
+    # proxy robustness: per trained model, OLS slope of IoU on proxy error over the four levels
+    slopes = {}
+    for v in ("D", "E"):
+        for k in seeds:
+            x = np.concatenate([res.sets[f"level{j}"]["proxy_error"] for j in range(1, 5)])
+            y = np.concatenate([m[(f"level{j}", v, k)]["iou"] for j in range(1, 5)])
+            slopes[(v, k)] = ols_slope(x, y)
+    out["slopes"] = slopes
+    out["slope_D_minus_E"] = stats.paired_difference([slopes[("D", k)] for k in seeds], [slopes[("E", k)] for k in seeds],
+                                                     unit="training seed (D and E pair)")
+    out["level_iou"] = {(v, j): float(np.mean([m[(f"level{j}", v, k)]["iou"].mean() for k in seeds]))
+                        for v in ("D", "E") for j in range(1, 5)}
+    out["level_proxy_error"] = {j: float(res.sets[f"level{j}"]["proxy_error"].mean()) for j in range(1, 5)}
+    out["O_minus_D"] = stats.paired_difference([m[("far_oracle", "O", k)]["iou"].mean() for k in seeds],
+                                               [m[("far", "D", k)]["iou"].mean() for k in seeds], unit="training seed")
+    out["mean"] = {(s, v, met): float(np.mean([m[(s, v, k)][met].mean() for k in seeds]))
+                   for (s, v, _k) in m for met in ("iou", "face_error", "tint_error")}
+    out["outside_exact"] = all(x["outside_exact"] for x in m.values())
+    return out

@@ -1,0 +1,160 @@
+"""Tests of direct_insertion: renderer geometry, triplets, the typed adapters, metrics, the
+flow-matching Gaussian check and a tiny training run."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from compendium.papers import direct_insertion as paper
+from compendium.papers.direct_insertion import experiment as X
+
+R = X.R
+
+
+def test_rotation_is_orthonormal_and_periodic():
+    rng = np.random.default_rng(0)
+    pose = rng.uniform(-90, 90, (5, 3))
+    r = paper.rotation(pose)
+    assert np.allclose(r @ np.swapaxes(r, 1, 2), np.eye(3), atol=1e-12)
+    assert np.allclose(np.linalg.det(r), 1.0)
+    assert np.allclose(paper.rotation(pose + 360.0), r, atol=1e-12)
+
+
+def test_cube_render_matches_geometry():
+    lo, hi, valid = np.full((1, 1, 3), -0.5), np.full((1, 1, 3), 0.5), np.ones((1, 1), bool)
+    out = paper.render(lo, hi, valid, np.zeros((1, 3)), size=64)
+    # head-on: a 1 x 1 square on a 2.6 x 2.6 plane, depth 2.5 (the ray starts at z = -3), normal -z
+    area = out["mask"].sum() / 64**2 * 2.6**2
+    assert abs(area - 1.0) < 0.1
+    assert np.allclose(out["depth"][out["mask"]], 2.5)
+    assert np.allclose(out["normal"][out["mask"]], [0, 0, -1])
+    assert set(np.unique(out["face"][out["mask"]])) == {4}  # z axis, negative side
+    # yaw by 45 degrees widens the silhouette by sqrt(2)
+    out45 = paper.render(lo, hi, valid, np.array([[45.0, 0, 0]]), size=64)
+    assert abs(out45["mask"].sum() / out["mask"].sum() - np.sqrt(2)) < 0.08
+    # depth is monotone: a box further along +z is rendered deeper
+    far = paper.render(lo + [0, 0, 0.5], hi + [0, 0, 0.5], valid, np.zeros((1, 3)), size=64)
+    assert np.all(far["depth"][far["mask"]] > out["depth"][out["mask"]].max())
+
+
+def test_union_takes_the_nearest_box():
+    lo = np.array([[[-0.5, -0.5, -0.5], [-0.2, -0.2, -0.9]]])
+    hi = np.array([[[0.5, 0.5, 0.5], [0.2, 0.2, -0.5]]])
+    out = paper.render(lo, hi, np.ones((1, 2), bool), np.zeros((1, 3)), size=32)
+    c = out["depth"][0, 16, 16]
+    assert np.isclose(c, 3 - 0.9)  # the front box
+    off = paper.render(lo, hi, np.array([[True, False]]), np.zeros((1, 3)), size=32)
+    assert np.isclose(off["depth"][0, 16, 16], 2.5)  # invalid boxes are ignored
+
+
+def test_proxy_contains_the_shape_and_oracle_is_exact():
+    rng = np.random.default_rng(1)
+    lo, hi, valid, _ = paper.random_shapes(rng, 6)
+    plo, phi = paper.proxy_boxes(lo, hi, 0.05, 0.1)
+    assert np.all(plo <= lo) and np.all(phi >= hi)
+    olo, ohi = paper.proxy_boxes(lo, hi, 0.0, 0.0)
+    assert np.array_equal(olo, lo) and np.array_equal(ohi, hi)
+
+
+def test_triplets_shapes_and_no_pose_leak():
+    d = paper.make_triplets(np.random.default_rng(2), 16, gap_range=(30, 90))
+    assert d["appearance"].shape == (16, 32, 32, 3) and d["geometry"].shape == (16, 32, 32, 4)
+    bm = R.box_mask()
+    # the context mask channel is the same fixed box for every triplet
+    assert np.all(d["context"][..., 3] == bm)
+    assert np.all(d["context"][..., :3][:, bm > 0] == 0)
+    assert np.all(d["gap"] >= 30)
+    # the object stays inside the box; outside it the target is the background
+    assert np.all(d["target"][..., 3][:, bm == 0] == 0)
+    assert np.allclose(d["target"][..., :3][:, bm == 0], d["background"][:, bm == 0])
+    oracle = paper.make_triplets(np.random.default_rng(2), 16, proxy_levels=((0.0, 0.0),))
+    assert np.allclose(oracle["proxy_error"], 0.0)
+
+
+def test_rank0_tied_shared_equals_E_and_adapters_matter():
+    torch.manual_seed(0)
+    d0 = paper.InContextTransformer(dim=16, heads=2, rank=0, tied=True, positions="shared")
+    e0 = paper.InContextTransformer(dim=16, heads=2, rank=0, tied=True, positions="shared", shared_adapter=True)
+    e0.load_state_dict(d0.state_dict())
+    b = X.to_torch(paper.make_triplets(np.random.default_rng(3), 4))
+    with torch.no_grad():
+        assert torch.allclose(d0(b), e0(b), atol=1e-6)
+    d = paper.InContextTransformer(dim=16, heads=2, rank=2)
+    with torch.no_grad():
+        for blk in d.blocks:
+            blk.attn1.processor.b.normal_()
+        y = d(b)
+        for blk in d.blocks:
+            blk.attn1.processor.b.zero_()
+        assert (d(b) - y).abs().max() > 1e-3
+
+
+def test_variants_parameters_matched():
+    pd_, pe = paper.parameter_count(paper.variant("D", 32, 2, 4, 4)), paper.parameter_count(paper.variant("E", 32, 2, 4, 4))
+    assert abs(pd_ - pe) / pd_ <= 0.02
+    with pytest.raises(ValueError):
+        paper.variant("Z")
+
+
+def test_metrics_on_hand_made_inputs():
+    a = np.zeros((2, 4, 4), bool)
+    b = np.zeros((2, 4, 4), bool)
+    a[0, :2], b[0, 1:3] = True, True
+    assert np.allclose(paper.iou(a, b), [1 / 3, 1.0])
+    face = np.full((1, 4, 4), -1)
+    face[0, :2] = 0
+    face[0, 2:] = 1
+    true = np.zeros((1, 4, 4, 3))
+    pred = true.copy()
+    pred[0, :2] += 0.3
+    assert np.isclose(paper.face_colour_error(pred, true, face)[0], 0.15)
+    alb = np.full((1, 4, 4, 3), 0.5)
+    mask = np.ones((1, 4, 4), bool)
+    tint = np.array([[0.8, 0.9, 1.0]])
+    assert np.allclose(paper.tint_error(alb * tint[:, None, None], alb, mask, tint), 0.0)
+    assert np.isclose(paper.tint_error(alb, alb, mask, tint)[0], (0.2 + 0.1) / 3)
+    assert np.isclose(paper.ols_slope([0, 1, 2], [1, 3, 5]), 2.0)
+
+
+def test_composite_is_exact_outside_box():
+    rng = np.random.default_rng(4)
+    out = rng.normal(size=(3, 32, 32, 4)).astype(np.float32)
+    bg = rng.uniform(size=(3, 32, 32, 3)).astype(np.float32)
+    c = paper.composite(out, bg)
+    bm = R.box_mask()
+    assert np.array_equal(c[:, bm == 0], bg[:, bm == 0])
+    assert np.array_equal(c[:, bm > 0], out[..., :3][:, bm > 0])
+
+
+def test_euler_gaussian_check_detects_a_wrong_velocity():
+    rng = np.random.default_rng(5)
+    ok = paper.euler_gaussian_check([1.0, -2.0], [0.5, 2.0], 4000, 100, rng)
+    assert ok["max_se_gap"] < 3.5
+    # the sampler's moments are far from another Gaussian's: the check has power
+    assert abs(ok["mean"][0] - 1.0) < 0.05 and abs(ok["var"][1] - 4.0) < 0.4
+
+
+def test_worst_picks_the_deciding_seed():
+    from compendium import stats
+    e1 = stats.mean_interval([0.1, 0.2, 0.3], unit="x")
+    e2 = stats.mean_interval([0.5, 0.6, 0.7], unit="x")
+    assert paper.worst([e2, e1], "low") is e1
+    assert paper.worst([e1, e2], "abs") is e2
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        paper.Config(test_far=2)
+    with pytest.raises(ValueError):
+        paper.Config(gap_near=40.0, gap_far=30.0)
+
+
+def test_tiny_training_lowers_the_loss():
+    st = dataclasses.replace(paper.settings_for("smoke"), steps=15, batch=8, pool=32, dim=16, heads=2, rank=2)
+    pools = {"proxy": paper.make_triplets(np.random.default_rng(6), 32)}
+    torch.manual_seed(0)
+    net, log = X.train_variant("D", pools, st, 0)
+    losses = [l for _, l in log.to_dict()["losses"]] if isinstance(log.to_dict()["losses"][0], (list, tuple)) else log.to_dict()["losses"]
+    assert losses[-1] < losses[0]
