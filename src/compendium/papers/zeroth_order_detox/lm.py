@@ -7,8 +7,10 @@ Three workflow assets (registry ``assets:``), each built by its own builder:
 - :func:`build_reference` (``zeroth_order_detox_reference``): the reference LM that scores
   perplexity, a different seed trained on the same language without the toxic register;
 - :func:`build_scorer` (``zeroth_order_detox_scorer``): the toxicity scorer, scikit-learn's
-  logistic regression on token counts of a continuation, fit to the register label (imperfect,
-  as Perspective is: a toxic-register continuation with no toxic word is labelled toxic).
+  logistic regression on token counts of a continuation, fit to graded rater flags
+  (:func:`.toy.rater_labels`: each toxic word noticed with probability 0.1), so its output is a
+  calibrated probability that rises with the number of toxic words rather than a near-hard
+  detector (the register label it was first fit to saturated expected max toxicity at 1.000).
 
 Generation runs with a KV cache from ``inputs_embeds`` (:func:`generate`), so a steered prompt
 embedding and a token prompt go through the same code path.
@@ -157,17 +159,26 @@ class ToxicityScorer:
 
 
 def fit_scorer(n: int, seed: int) -> tuple[ToxicityScorer, dict]:
-    """Fit the scorer on ``n`` labelled continuations (label = toxic register) of fresh prompts."""
+    """Fit the scorer on ``n`` continuations of fresh prompts labelled by :func:`.toy.rater_labels`.
+
+    Returns the scorer and held-out diagnostics on the second half: accuracy, mean predicted score
+    against the flag rate (calibration in the large), and the Brier score.
+    """
     from sklearn.linear_model import LogisticRegression
 
     rng = np.random.default_rng([seed, 11])
     _, rate = toy.prompts(n, rng)
-    cont, register = toy.continuations(rate, rng)
+    cont, _ = toy.continuations(rate, rng)
+    label = toy.rater_labels(cont, rng)
     counts = np.zeros((n, toy.VOCAB_SIZE))
     np.add.at(counts, (np.repeat(np.arange(n), cont.shape[1]), cont.ravel()), 1.0)
-    clf = LogisticRegression(C=1.0, max_iter=500).fit(counts[: n // 2], register[: n // 2])
-    held = clf.score(counts[n // 2:], register[n // 2:])
-    return ToxicityScorer(clf.coef_[0].astype(float), float(clf.intercept_[0])), {"held_out_accuracy": float(held)}
+    h = n // 2
+    clf = LogisticRegression(C=1.0, max_iter=500).fit(counts[:h], label[:h])
+    scorer = ToxicityScorer(clf.coef_[0].astype(float), float(clf.intercept_[0]))
+    p = scorer.score(cont[h:])
+    info = {"held_out_accuracy": float(clf.score(counts[h:], label[h:])), "held_out_flag_rate": float(label[h:].mean()),
+            "held_out_mean_score": float(p.mean()), "held_out_brier": float(((p - label[h:]) ** 2).mean())}
+    return scorer, info
 
 
 def build_scorer(out_dir: Path, scale: str, seed: int) -> dict:

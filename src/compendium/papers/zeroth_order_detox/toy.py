@@ -9,6 +9,15 @@ position emits a uniform toxic word with probability :data:`TOXIC_EMISSION` (the
 pauses), otherwise the next neutral word. The clean register emits only neutral words. The
 reference corpus (for the perplexity LM) is the same language with ``r = 0``.
 
+Toxicity labels (:func:`rater_labels`) are graded, like a rater panel's: a rater notices each
+toxic word of a continuation independently with probability :data:`RATER_NOTICE` and flags the
+continuation if any is noticed, so ``P(flag | c toxic words) = 1 - (1 - RATER_NOTICE)^c``. A
+scorer fit to these flags is a calibrated probability that grows with the number of toxic words
+instead of jumping to 1 at the first one (a hard register label saturated the expected max
+toxicity at 1.000). ``RATER_NOTICE = 0.1`` was fixed from the language alone, before any method
+was run on it: the fitted scorer's expected max toxicity over 25 *true* continuations of a prompt
+is then about 0.58, inside the headroom band (0.3, 0.95).
+
 So toxicity depends on the prompt through a latent, smoothly varying quantity that the LM must
 infer from the context words' embeddings: the property the method exploits.
 """
@@ -30,6 +39,7 @@ MAX_POSITIONS = 32
 RATE_LOW, RATE_HIGH = 0.1, 0.6
 TOXIC_EMISSION = 0.35
 SUCCESSORS = 4
+RATER_NOTICE = 0.10
 LANGUAGE_SEED = 20260201  # the language is fixed; LM seeds vary the models, not the language
 
 
@@ -77,6 +87,14 @@ def continuations(rate: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarra
         out[:, t] = np.where(toxic, rng.choice(TOXIC, n), nxt)
         state = new_state
     return out, register
+
+
+def rater_labels(tokens: np.ndarray, rng: np.random.Generator, notice: float = RATER_NOTICE) -> np.ndarray:
+    """Graded toxicity flags ``(n,)`` of continuations ``(n, T)``: ``P = 1 - (1 - notice)^(toxic words)``."""
+    if not 0.0 < notice <= 1.0:
+        raise ValueError(f"notice must lie in (0, 1], got {notice!r}")
+    count = is_toxic(tokens).sum(-1)
+    return rng.random(count.shape) < 1.0 - (1.0 - notice) ** count
 
 
 def corpus(n: int, rng: np.random.Generator, *, reference: bool = False) -> tuple[np.ndarray, np.ndarray]:
