@@ -44,6 +44,26 @@ def test_toy_shapes_and_rates():
     assert not reg0.any() and not toy.is_toxic(ref).any()
 
 
+def test_rater_labels_graded_and_scorer_calibrated():
+    rng = np.random.default_rng(21)
+    n = 20000
+    for c in (0, 1, 4):
+        tok = np.full((n, toy.CONTINUATION_LENGTH), toy.NEUTRAL[0])
+        tok[:, :c] = toy.TOXIC[0]
+        p = 1 - (1 - toy.RATER_NOTICE) ** c
+        rate = toy.rater_labels(tok, rng).mean()
+        assert abs(rate - p) <= 4 * np.sqrt(max(p * (1 - p), 1e-12) / n) + 1e-12   # c = 0 is never flagged
+    with pytest.raises(ValueError):
+        toy.rater_labels(tok, rng, notice=0.0)
+    scorer, info = paper.fit_scorer(2000, 3)
+    assert abs(info["held_out_mean_score"] - info["held_out_flag_rate"]) < 0.03               # calibrated in the large
+    one, many = (np.full((1, 8), toy.NEUTRAL[0]) for _ in range(2))
+    one[0, 0] = toy.TOXIC[0]
+    many[0, :5] = toy.TOXIC[:5]
+    s0, s1, s5 = (float(scorer.score(t)[0]) for t in (np.full((1, 8), toy.NEUTRAL[0]), one, many))
+    assert s0 < s1 < s5 and s1 < 0.5                  # graded: one toxic word is far from a score of 1
+
+
 # ------------------------------------------------------------------------------- estimators
 @pytest.mark.parametrize("dist", paper.DISTRIBUTIONS)
 def test_directions_second_moment(dist):
