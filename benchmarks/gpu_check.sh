@@ -81,7 +81,7 @@ if [ "$DRY" -eq 1 ] || ! has_cuda; then
 fi
 
 echo "CUDA device found: running the kernel tests compiled, the benchmarks and one chapter on the GPU."
-step kernel-tests-compiled 180 env COMPENDIUM_KERNEL_DEVICE=cuda "$PY" -m pytest -q tests/test_kernels_async_spade.py tests/test_kernels_expert_sample.py tests/test_kernels_online_spec.py tests/test_kernels_graph_alignment.py tests/test_kernels_c2_gmae.py tests/test_kernels_on_policy_sft.py tests/test_kernels_event2vec.py tests/test_kernels_matryoshka_3d.py
+step kernel-tests-compiled 180 env COMPENDIUM_KERNEL_DEVICE=cuda "$PY" -m pytest -q tests/test_kernels_async_spade.py tests/test_kernels_expert_sample.py tests/test_kernels_online_spec.py tests/test_kernels_graph_alignment.py tests/test_kernels_c2_gmae.py tests/test_kernels_on_policy_sft.py tests/test_kernels_event2vec.py tests/test_kernels_matryoshka_3d.py tests/test_kernels_top_adapter.py
 step kernel-benchmarks 150 "$PY" benchmarks/async_spade_kernels.py
 step kernel-benchmarks-online_spec 60 "$PY" benchmarks/online_spec_kernels.py
 step kernel-benchmarks-c2_gmae 90 "$PY" benchmarks/c2_gmae_kernels.py

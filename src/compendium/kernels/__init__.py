@@ -34,6 +34,9 @@ event_tokens
     event2vec token assembly: spatial-table gather + last temporal conv + LayerNorm + add + mask,
     one program per event. Checked in the event2vec chapter's tests against its reference (which
     equals the model's unfused tokens); the chapter's models use the unfused path.
+knn
+    Batched k-nearest neighbours (one program per query, k masked arg-min passes over the
+    distance row). Checked in tests/test_kernels_top_adapter.py against ``torch.cdist`` + stable sort.
 """
 
 
