@@ -60,3 +60,21 @@ def test_every_shape_samples():
         assert p.shape == (64, 3) and np.isfinite(p).all()
     with pytest.raises(ValueError):
         sample_shape("klein_bottle", 8, rng)
+
+
+def test_adapter_modules_are_the_identity_at_init_and_train():
+    from compendium.papers.top_adapter import GeometricController, TopoTransfer
+
+    torch.manual_seed(0)
+    t, tau = torch.randn(2, 5, 16), torch.randn(2, 5, 36)
+    for gated in (True, False):
+        ctrl = GeometricController(16, 36, gated=gated)
+        fused, e = ctrl(t, tau)
+        assert torch.equal(fused, t) and float(e.detach().abs().max()) == 0.0
+        fused.pow(2).sum().backward()
+        assert float(ctrl.phi[2].weight.grad.abs().max()) > 0       # the zero layer gets a gradient
+    tt = TopoTransfer(16, 4)
+    streams = tt.streams(torch.randn(2, 5, 16))
+    assert len(streams) == 4 and all(float(s.detach().abs().max()) == 0.0 for s in streams)
+    sum(s.sum() for s in streams).backward()
+    assert float(tt.alpha.grad.abs().max()) > 0
