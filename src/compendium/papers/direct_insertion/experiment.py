@@ -42,7 +42,7 @@ def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
         return AssetSettings(steps=130, batch=16, pool=768, num_seeds=3, learning_rate=1e-2)
     if scale == "full":
-        return AssetSettings(steps=600, batch=32, pool=4096, num_seeds=3, learning_rate=1e-2)
+        return AssetSettings(steps=400, batch=32, pool=2048, num_seeds=3, learning_rate=1e-2)
     raise ValueError(f"unknown scale {scale!r}")
 
 
@@ -224,7 +224,7 @@ def implementation_checks(rng: np.random.Generator) -> dict:
     pd_, pe = M.parameter_count(d), M.parameter_count(e)
     return {"rot360": rot360, "cube_spread": cube_spread, "cube_areas": areas.tolist(), "rank0_gap": rank0_gap,
             "param_gap": abs(pd_ - pe) / pd_, "params_D": pd_, "params_E": pe,
-            "euler": euler_gaussian_check([1.0, -2.0], [0.5, 2.0], 20000, 200, rng)}
+            "euler": euler_gaussian_check([1.0, -2.0], [0.5, 2.0], 4000, 200, rng)}
 
 
 # ---------------------------------------------------------------- run
