@@ -230,3 +230,19 @@ def render_flatland_reference(mu, log_scale, angle, color, opacity_logit, cam_po
             T *= 1 - a
         out[p] = acc + T * background
     return out
+
+
+def field_lookup(x, fields, extent, voxel=0.25):
+    """Nearest-voxel values of the fields at points ``x`` (N, 2); points off the grid clip to it."""
+    xmin, _, ymin, _ = extent
+    nx, ny = fields["d_occ"].shape
+    ix = np.clip(np.floor((x[:, 0] - xmin) / voxel).astype(int), 0, nx - 1)
+    iy = np.clip(np.floor((x[:, 1] - ymin) / voxel).astype(int), 0, ny - 1)
+    return {k: v[ix, iy] for k, v in fields.items()}
+
+
+def energy_grad_at(x, fields, extent, voxel=0.25, p: EnergyParams = EnergyParams()):
+    """Analytic grad E at points ``x`` from nearest-voxel field values."""
+    f = field_lookup(x, fields, extent, voxel)
+    return energy_grad_terms(f["d_occ"], f["d_unk"], f["d_trust"], f["free"], f["g_d_occ"],
+                             f["g_d_unk"], f["g_d_trust"], p)
