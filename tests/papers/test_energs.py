@@ -158,3 +158,41 @@ def test_deep_free_count_clipped_relax():
     left = v["free"] & (v["d_trust"] >= s0)
     assert counts[-1] <= 0.01 * counts[0]
     assert np.all(np.linalg.norm(v["g_d_trust"][left], axis=-1) == 0)
+
+
+def test_prop1_monotone_on_smooth_field():
+    # Smooth analytic field: OCC circle r = 3, signed d = 3 - |x|, FREE indicator smoothed to 1,
+    # so E(x) = h(3 - |x|). Radial curvature h'', tangential h'/r; r only grows (h' > 0 pulls
+    # outwards... checked below), so L = max over d of max(|h''|, |h'| / r_min) bounds the Hessian.
+    p = EnergyParams()
+    h = lambda d: energy_terms(d, np.full_like(d, 1e3), d, np.ones_like(d), p)
+    dd = np.linspace(-4, 2.8, 200001)
+    hp = np.gradient(h(dd), dd)
+    hpp = np.gradient(hp, dd)
+    r_min = 0.2
+    L = 1.05 * max(np.abs(hpp).max(), np.abs(hp).max() / r_min)
+    assert _prop1_worst(h, p, 1.0 / L, r_min) <= 1e-9
+    # power: a step far above 1/L breaks monotonicity on the same clouds
+    assert _prop1_worst(h, p, 50.0 / L, r_min, check_r=False) > 1e-6
+
+
+def _prop1_worst(h, p, eta, r_min, check_r=True):
+    rng = np.random.default_rng(1)
+    worst = -np.inf
+    for _ in range(50):
+        r = rng.uniform(r_min, 2.8, 30)
+        th = rng.uniform(0, 2 * np.pi, 30)
+        x = np.stack([r * np.cos(th), r * np.sin(th)], -1)
+        E = h(3 - np.linalg.norm(x, axis=-1))
+        for _ in range(60):
+            n = np.linalg.norm(x, axis=-1)
+            if check_r:
+                assert n.min() >= r_min - 1e-12
+            d = 3 - n
+            g = energy_grad_terms(d, np.full_like(d, 1e3), d, np.ones_like(d), -x / n[:, None],
+                                  np.zeros_like(x), -x / n[:, None], p)
+            x = x - eta * g
+            E_new = h(3 - np.linalg.norm(x, axis=-1))
+            worst = max(worst, (E_new - E).max())
+            E = E_new
+    return worst
