@@ -96,7 +96,7 @@ BAD_OVERRIDES = {
     "bad seed": (["continuized_hippo.seed=-1"], r"'seed'.*invalid"),
     "bool for integer": (["continuized_hippo.num_modes=true"], r"'num_modes'.*wrong type"),
     "bad device": (["continuized_hippo.device=tpu"], r"'device'.*'tpu'.*one of"),
-    "planned chapter": (["vidlada_mars_cache.seed=1"], r"'vidlada_mars_cache' is planned"),
+    "planned chapter": (["energs.seed=1"], r"'energs' is planned"),
     "scale per chapter": (["continuized_hippo.scale=full"], r"'scale' is chosen for the whole run"),
 }
 
@@ -132,7 +132,7 @@ def test_overrides_apply_and_are_typed():
         (["build", "--profile", "cloud"], r"unknown profile 'cloud'"),
         (["build", "--scale", "huge"], r"unknown scale 'huge'"),
         (["build", "--only", "nochapter"], r"unknown chapter 'nochapter'"),
-        (["build", "--only", "vidlada_mars_cache"], r"'vidlada_mars_cache' is planned"),
+        (["build", "--only", "energs"], r"'energs' is planned"),
         (["build", "--force", "demo"], r"unknown chapter 'demo'"),
     ],
 )
