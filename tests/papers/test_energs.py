@@ -196,3 +196,83 @@ def _prop1_worst(h, p, eta, r_min, check_r=True):
             worst = max(worst, (E_new - E).max())
             E = E_new
     return worst
+
+
+# ----------------------------------------------------------------------------- experiment
+from compendium.papers.energs import experiment as ex  # noqa: E402
+
+
+def test_scene_blind_facade_unk_but_camera_visible():
+    labels = ex.lidar_labels()
+    assert set(np.unique(labels)) == {OCC, FREE, UNK}
+    ix, iy = np.nonzero(labels == OCC)
+    x, y = (ix + 0.5) * 0.25, (iy + 0.5) * 0.25
+    on_facade = np.abs(x - 14.0) < 0.5
+    assert on_facade.any() and y[on_facade].max() < ex.BLIND_Y - 0.5  # LiDAR never hits the upper facade
+    assert (y[on_facade] < 2.0).any()  # but does hit its lower part
+    # a camera looking at the upper facade sees it in its central pixels; one at the ground does not
+    up = ((3.0, 7.0), 0.0)
+    m = ex.blind_pixel_mask(up)
+    assert m[28:36].all()
+    assert not ex.blind_pixel_mask(((3.0, 1.0), math.radians(-20))).any()
+    rng = np.random.default_rng(0)
+    assert sum(ex.blind_pixel_mask(c).any() for c in ex.test_cameras(20, rng)) >= 5
+
+
+def test_densify_respects_budget_and_splits():
+    rng = np.random.default_rng(0)
+    m = ex.init_model(10, rng)
+    with torch.no_grad():
+        m.t["log_scale"][:5] = math.log(0.5)  # big: split
+        m.t["log_scale"][5:] = math.log(0.05)  # small: clone
+    acc = torch.arange(10, dtype=torch.float32)
+    added = ex.densify(m, acc, budget=14, gen=torch.Generator().manual_seed(0))
+    assert added == 4 and len(m) == 14
+    # the four top-gradient ones (indices 6..9) are small: clones at the same mean
+    assert torch.allclose(m.t["mu"][10:], m.t["mu"][6:10].flip(0))  # appended in descending order
+    assert ex.densify(m, torch.ones(14), budget=14, gen=torch.Generator()) == 0
+    acc = torch.zeros(14)
+    acc[:2] = 1.0  # two big ones: split, parents shrink by 1.6
+    ex.densify(m, acc, budget=16, gen=torch.Generator().manual_seed(1))
+    assert torch.allclose(m.t["log_scale"][:2], torch.full((2, 2), math.log(0.5 / 1.6)))
+    assert not torch.allclose(m.t["mu"][14:], m.t["mu"][:2])
+
+
+def _tiny_setup():
+    rng = np.random.default_rng(0)
+    labels, fields, occ, gt, test_cams = ex.scene_setup(3, rng)
+    cams = ex.cameras("sparse", rng)
+    return fields, occ, gt, cams, ex.render_gt(gt, cams)
+
+
+def test_decoupled_update_means_move_only_by_relax():
+    fields, occ, gt, cams, imgs = _tiny_setup()
+    tp = ex.TrainParams(n_gaussians=40, iterations=15, relax_lr=0.0, densify_every=10**6,
+                        prune_every=10**6)
+    ref = ex.init_model(20, np.random.default_rng(3)).t["mu"]
+    m = ex.train_arm("energs", cams, imgs, fields, occ, tp, EnergyParams(), 3)
+    assert torch.equal(m.t["mu"], ref)  # photometric xyz gradient zeroed, relax_lr = 0
+    m = ex.train_arm("vanilla", cams, imgs, fields, occ, tp, EnergyParams(), 3)
+    assert (m.t["mu"] - ref).abs().max() > 1e-3  # power: vanilla's means do move
+    tp2 = ex.TrainParams(n_gaussians=40, iterations=15, relax_lr=1e3, densify_every=10**6,
+                         prune_every=10**6, relax_every=1, relax_len=1)
+    m = ex.train_arm("energs", cams, imgs, fields, occ, tp2, EnergyParams(), 3)
+    step = (m.t["mu"] - ref).norm(dim=1)
+    assert step.max() <= 15 * 0.125 + 1e-5 and step.max() > 0.1  # clipped to 0.5 voxel per step
+
+
+def test_run_tiny_equal_budget_and_paired():
+    cfg = ex.Config(n_seeds=2, n_gaussians=30, iterations=20, n_test_views=3, settings=("monocular",))
+    r = ex.run(cfg)
+    for arm in ex.ARMS:
+        mm = r.metrics["monocular"][arm]
+        assert all(n <= 30 for n in mm["n_final"]) and len(mm["test_psnr"]) == 2
+        assert all(0 <= v <= 1 for v in mm["leak"])
+        assert np.allclose(np.subtract(mm["train_psnr"], mm["test_psnr"]), mm["gap"])
+    e = ex.paired(r.metrics, "monocular", "energs", "vanilla", "leak", scale_b=0.5)
+    d = np.subtract(r.metrics["monocular"]["energs"]["leak"], 0.5 * np.asarray(r.metrics["monocular"]["vanilla"]["leak"]))
+    assert e.point == pytest.approx(d.mean()) and e.n == 2 and e.low <= e.point <= e.high
+    with pytest.raises(ValueError):
+        ex.Config(settings=("stereo",))
+    with pytest.raises(ValueError):
+        ex.Config(n_seeds=1)

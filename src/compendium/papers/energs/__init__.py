@@ -27,7 +27,8 @@ On the voxel grid, Claim 2 holds on every deep-FREE voxel whose central-differen
 unit vector; it is void (not violated) on the few medial-axis voxels where that difference
 vanishes (tested).
 
-Status: library only (no notebook, ledger or experiment yet; see the issue).
+The scene, the five training arms, the metrics and ``Config`` / ``run`` live in
+``compendium.papers.energs.experiment``. Status: no notebook or ledger yet (see the issue).
 """
 from __future__ import annotations
 
@@ -64,17 +65,19 @@ def deep_free_constants(delta=0.5, tau=0.5, eps=0.1, w=(1.0, 0.25), sigma=(1.0, 
     return s0, m0, B, lam * m0 - B
 
 
-def region_grid_from_rays(sensors, segments, extent, voxel=0.25, max_range=30.0, n_rays=720):
+def region_grid_from_rays(sensors, segments, extent, voxel=0.25, max_range=30.0, n_rays=720, angles=None):
     """Label a 2D grid OCC/FREE/UNK by marching LiDAR rays from ``sensors`` to line ``segments``.
 
     ``segments``: (S, 4) array of x0, y0, x1, y1; ``extent``: (xmin, xmax, ymin, ymax).
-    Cells a ray passes before its hit are FREE, the hit cell is OCC, the rest UNK."""
+    Cells a ray passes before its hit are FREE, the hit cell is OCC, the rest UNK. ``angles``
+    (radians) overrides the ``n_rays`` uniform beams (a limited field of view)."""
     xmin, xmax, ymin, ymax = extent
     nx, ny = int(round((xmax - xmin) / voxel)), int(round((ymax - ymin) / voxel))
     labels = np.full((nx, ny), UNK, dtype=np.int8)
     seg = np.asarray(segments, float)
     p, q = seg[:, :2], seg[:, 2:] - seg[:, :2]
-    ang = np.linspace(0, 2 * np.pi, n_rays, endpoint=False)
+    ang = np.linspace(0, 2 * np.pi, n_rays, endpoint=False) if angles is None else np.asarray(angles, float)
+    n_rays = len(ang)
     for s in np.asarray(sensors, float):
         r = np.stack([np.cos(ang), np.sin(ang)], 1)  # (R, 2)
         # ray s + t r hits segment p + u q: solve [r, -q] [t, u] = p - s
