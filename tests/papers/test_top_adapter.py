@@ -78,3 +78,120 @@ def test_adapter_modules_are_the_identity_at_init_and_train():
     assert len(streams) == 4 and all(float(s.detach().abs().max()) == 0.0 for s in streams)
     sum(s.sum() for s in streams).backward()
     assert float(tt.alpha.grad.abs().max()) > 0
+
+
+# ---- backbone, methods and the experiment (tiny configurations) ----
+
+def _tiny_backbone():
+    from compendium.papers.top_adapter import PointBackbone
+    from compendium.training import seeded_init
+
+    with seeded_init(0):
+        return PointBackbone(d=16, depth=2, heads=2).eval()
+
+
+def _tiny_data(bb, n_per_class=2, seed=0):
+    from compendium.papers.top_adapter.experiment import make_split
+
+    settings = {"n_points": 64, "n_groups": 8, "k": 8}
+    return make_split(n_per_class, np.random.default_rng(seed), bb, settings, (4, 8, 12))
+
+
+def test_chamfer_is_zero_on_equal_sets_and_symmetric():
+    from compendium.papers.top_adapter import chamfer_l2
+
+    a, b = torch.randn(3, 7, 3), torch.randn(3, 5, 3)
+    assert float(chamfer_l2(a, a[:, torch.randperm(7)])) < 1e-10
+    assert abs(float(chamfer_l2(a, b)) - float(chamfer_l2(b, a))) < 1e-6 and float(chamfer_l2(a, b)) > 0
+    # one point against two: the mean squared distance both ways, by hand
+    p, q = torch.zeros(1, 1, 3), torch.tensor([[[1.0, 0, 0], [3.0, 0, 0]]])
+    assert abs(float(chamfer_l2(p, q)) - (1.0 + (1.0 + 9.0) / 2)) < 1e-6
+
+
+def test_pretraining_lowers_the_masked_chamfer_loss():
+    from compendium.papers.top_adapter import pretrain, superquadric
+
+    p = superquadric(100, np.random.default_rng(0))
+    assert p.shape == (100, 3) and np.isfinite(p).all()
+    enc, log = pretrain(n_clouds=32, n_points=64, n_groups=8, k=8, d=16, depth=1, steps=40, batch=16, seed=0)
+    losses = [v for _, v in log["train"]["losses"]]
+    assert losses[-1] < losses[0]
+    assert not enc.training
+
+
+def test_budgets_match_topadapter_and_only_the_right_parts_train():
+    from compendium.papers.top_adapter import Tuned, budget_ranks, trainable
+
+    bb = _tiny_backbone()
+    f = 54
+    ranks = budget_ranks(16, 2, f)
+    head = 2 * 16 * 10 + 10
+    counts = {m: trainable(Tuned(bb, m, 10, f, ranks)) for m in ("linear", "adapter", "lora", "vpt", "top", "full")}
+    assert counts["linear"] == head
+    assert counts["full"] == head + sum(p.numel() for p in bb.parameters())
+    assert counts["top"] - head == ranks["target"]
+    # adapter r, LoRA r and VPT P within one unit of the target
+    assert abs(counts["adapter"] - head - ranks["target"]) <= 2 * (2 * 16 + 1)
+    assert abs(counts["lora"] - head - ranks["target"]) <= 2 * (16 + 48)
+    assert abs(counts["vpt"] - head - ranks["target"]) <= 2 * 16
+    lora = Tuned(bb, "lora", 10, f, ranks)
+    assert all("lora_" in n for n, p in lora.named_parameters() if p.requires_grad and not n.startswith("head"))
+    with pytest.raises(ValueError):
+        Tuned(bb, "prefix", 10, f, ranks)
+
+
+def test_every_method_starts_at_the_frozen_backbone_or_trains():
+    """adapter, LoRA and TopAdapter are exactly the frozen backbone + head at init (same seed)."""
+    from compendium.papers.top_adapter import METHODS, Tuned, budget_ranks, finetune
+    from compendium.papers.top_adapter.methods import accuracy
+    from compendium.training import seeded_init
+
+    bb = _tiny_backbone()
+    data = _tiny_data(bb)
+    f = data["tau"].shape[-1]
+    ranks = budget_ranks(16, 2, f)
+
+    def logits(m):
+        with seeded_init(5):
+            model = Tuned(bb, m, 10, f, ranks).eval()
+        with torch.no_grad():
+            return model(data["tokens"], data["centers"], data["tau"], data["neigh"])
+
+    base = logits("linear")
+    for m in ("adapter", "lora", "top", "top_no_transfer", "top_no_controller", "top_single_scale", "full"):
+        assert float((logits(m) - base).abs().max()) < 1e-6, m
+    assert float((logits("vpt") - base).abs().max()) > 1e-4       # prompts change the sequence at init
+    for m in METHODS:
+        model, info = finetune(bb, m, data, 10, ranks, steps=3, batch=8, lr=1e-2, seed=1, scales=3)
+        assert np.isfinite(info["final_loss"]) and accuracy(model, data).shape == (20,)
+    # the backbone itself is never changed by fine-tuning a copy
+    assert torch.equal(logits("linear"), base)
+
+
+def test_config_checks_and_tiny_run(tmp_path):
+    from compendium.papers.top_adapter import Config, run
+    from compendium.papers.top_adapter import experiment
+
+    with pytest.raises(ValueError):
+        Config(replicates=1)
+    with pytest.raises(ValueError):
+        Config(lr_grid=())
+    with pytest.raises(ValueError):
+        Config(scales=(8, 16))
+    old = dict(experiment.ASSET_SETTINGS)
+    experiment.ASSET_SETTINGS["tiny"] = {"n_clouds": 16, "n_points": 64, "n_groups": 8, "k": 8, "d": 16, "depth": 1,
+                                         "steps": 3, "batch": 8}
+    try:
+        experiment.build_asset(tmp_path, "tiny", 0)
+    finally:
+        experiment.ASSET_SETTINGS.clear()
+        experiment.ASSET_SETTINGS.update(old)
+    res = run(Config(scales=(4, 8, 12), shots=2, dev_per_class=1, test_per_class=2, replicates=2, steps=2, batch=8,
+                     lr_grid=(1e-3, 1e-2)), tmp_path)
+    m = res.metrics
+    assert set(res.accuracy) == set(experiment.METHODS) | {"top_permuted"}
+    assert all(v.shape == (2,) and ((0 <= v) & (v <= 100)).all() for v in res.accuracy.values())
+    assert res.best_peft in experiment.PEFT and res.lr["top"] in (1e-3, 1e-2)
+    assert res.identity_gap < 1e-6 and res.tau_gap < 1e-5
+    d = res.accuracy["top"] - res.accuracy[res.best_peft]
+    assert abs(m["headline"].point - d.mean()) < 1e-9

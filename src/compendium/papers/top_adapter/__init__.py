@@ -1,12 +1,30 @@
 """TopAdapter (ICML 2026, seed ``002_d926b147087f7228.txt``, abstract 16): topological primitives
-injected into a frozen point-cloud transformer. WORK IN PROGRESS: only the point-cloud primitives
-(``points``) and the zero-initialised trainable modules (``adapter``) have landed; no notebook, registry block, backbone asset or experiment yet.
+injected into a frozen point-cloud transformer. WORK IN PROGRESS (chapter status: planned): the
+library, the backbone asset and ``run`` have landed; the notebook is a draft.
 
 No paper text or code was available: everything here is inferred from the abstract, and the
-chapter will test "topological primitives in a frozen transformer", not the authors' generator.
+chapter tests "topological primitives in a frozen transformer", not the authors' generator.
+
+Parts: ``points`` (trimesh-sampled TopoShapes, FPS, kNN grouping, simplex features tau; the kNN is
+``compendium.kernels.knn``), ``adapter`` (zero-initialised GeometricController and TopoTransfer),
+``backbone`` (mini-PointNet tokens + 4 pre-LN blocks, masked-group Chamfer pretraining on
+superquadrics), ``methods`` (linear probe, bottleneck adapter, LoRA through ``peft``, VPT-deep,
+full fine-tuning, features-only MLP, TopAdapter and its ablations at matched trainable budgets),
+``experiment`` (``build_asset``, ``Config``, ``run``). peft provides LoRA; everything else is ours
+because no library implements these point-cloud pieces offline (torch_geometric's fps/knn need
+torch-cluster, which is not installed).
+
+Small-scale deviations: D = 96, 4 layers, 256 points and 16 groups at smoke (512 / 32 at full);
+pretraining on superquadrics, not ShapeNet; no IDPT-like baseline; no full-data run.
 """
 
 from .adapter import GeometricController, TopoTransfer
+from .backbone import PointBackbone, chamfer_l2, pretrain, superquadric
+from .experiment import ASSET_NAME, CONFUSABLE, Config, Result, build_asset, load_backbone, run
+from .methods import METHODS, PEFT, Tuned, budget_ranks, finetune, trainable
 from .points import fps, group, random_se3, sample_shape, SHAPES, simplex_features, triangle_area
 
-__all__ = ["GeometricController", "TopoTransfer", "fps", "group", "random_se3", "sample_shape", "SHAPES", "simplex_features", "triangle_area"]
+__all__ = ["ASSET_NAME", "CONFUSABLE", "Config", "GeometricController", "METHODS", "PEFT", "PointBackbone", "Result",
+           "TopoTransfer", "Tuned", "budget_ranks", "build_asset", "chamfer_l2", "finetune", "fps", "group",
+           "load_backbone", "pretrain", "random_se3", "run", "sample_shape", "SHAPES", "simplex_features",
+           "superquadric", "trainable", "triangle_area"]

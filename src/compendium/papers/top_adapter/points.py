@@ -18,6 +18,8 @@ simplex features tau (all inferred, see the package docstring).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -35,6 +37,7 @@ def random_se3(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return q, rng.uniform(-1, 1, size=3)
 
 
+@functools.cache
 def _mesh(name: str):
     import trimesh
 

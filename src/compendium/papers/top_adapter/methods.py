@@ -1,0 +1,148 @@
+"""Every fine-tuning method of top_adapter on one frozen ``PointBackbone`` (ours, inferred).
+
+``Tuned(backbone, method, ...)`` is the classifier of a method; all but ``features_mlp`` end in the
+same head Linear(2D, classes) on the backbone feature. Trainable parts:
+
+- ``linear``: the head only (linear probe).
+- ``adapter``: a bottleneck adapter (D -> r -> D, GELU, up-projection zero-initialised) after every block.
+- ``lora``: LoRA of rank r on every block's ``qkv`` (``peft.inject_adapter_in_model``; B is zero at init).
+- ``vpt``: VPT-deep, P prompt tokens per block (replaced before every block).
+- ``full``: every backbone parameter (the tokenizer included).
+- ``features_mlp``: no backbone: an MLP on [mean; max] over groups of tau.
+- ``top``: TopAdapter = GeometricController (gated) at the input tokens + TopoTransfer stream
+  added before every block; ``top_no_transfer``, ``top_no_controller`` (plain addition) and
+  ``top_single_scale`` (tau of the k = 16 scale only) are its ablations.
+
+``budget_ranks`` chooses r (adapter, LoRA) and P (VPT) so that those methods have as many trainable
+parameters (head excluded) as TopAdapter, within one unit of r / P. The frozen tokenizer's output is
+the same for every method except ``full``, so ``finetune`` computes it once.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from compendium.training import TrainSpec, fit, seeded_init
+
+from .adapter import GeometricController, TopoTransfer
+
+METHODS = ("linear", "adapter", "lora", "vpt", "full", "features_mlp", "top",
+           "top_no_transfer", "top_no_controller", "top_single_scale")
+PEFT = ("linear", "adapter", "lora", "vpt")
+F_PER_SCALE = 18
+
+
+def trainable(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def top_parts(d: int, depth: int, f: int, gated: bool = True, transfer: bool = True) -> nn.ModuleDict:
+    parts = nn.ModuleDict({"ctrl": GeometricController(d, f, gated=gated, hidden=32, gate_rank=32)})
+    if transfer:
+        parts["transfer"] = TopoTransfer(d, depth, hidden=16)
+    return parts
+
+
+def budget_ranks(d: int, depth: int, f: int) -> dict:
+    """r / P of adapter, LoRA and VPT matched to TopAdapter's trainable count (head excluded)."""
+    target = trainable(top_parts(d, depth, f))
+    return {"target": target,
+            "adapter": max(1, round((target / depth - d) / (2 * d + 1))),
+            "lora": max(1, round(target / depth / (d + 3 * d))),
+            "vpt": max(1, round(target / depth / d))}
+
+
+class Tuned(nn.Module):
+    def __init__(self, backbone: nn.Module, method: str, n_classes: int, f: int, ranks: dict, scales: int = 3):
+        super().__init__()
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+        self.method, self.scales = method, scales
+        d, depth = backbone.d, backbone.depth
+        self.backbone = copy.deepcopy(backbone)
+        for p in self.backbone.parameters():
+            p.requires_grad_(method == "full")
+        self.head = nn.Linear(2 * d, n_classes)
+        self.adapters = self.prompts = self.top = None
+        if method == "features_mlp":
+            self.backbone = None
+            self.head = nn.Sequential(nn.LayerNorm(2 * f), nn.Linear(2 * f, 128), nn.GELU(), nn.Linear(128, n_classes))
+        elif method == "adapter":
+            r = ranks["adapter"]
+            self.adapters = nn.ModuleList(nn.Sequential(nn.Linear(d, r), nn.GELU(), nn.Linear(r, d)) for _ in range(depth))
+            for a in self.adapters:
+                nn.init.zeros_(a[2].weight)
+                nn.init.zeros_(a[2].bias)
+        elif method == "lora":
+            from peft import LoraConfig, inject_adapter_in_model
+
+            inject_adapter_in_model(LoraConfig(r=ranks["lora"], lora_alpha=ranks["lora"], target_modules=["qkv"]), self.backbone)
+            for name, p in self.backbone.named_parameters():
+                p.requires_grad_("lora_" in name)
+        elif method == "vpt":
+            self.prompts = nn.Parameter(0.02 * torch.randn(depth, ranks["vpt"], d))
+        elif method.startswith("top"):
+            f_used = F_PER_SCALE if method == "top_single_scale" else f
+            self.top = top_parts(d, depth, f_used, gated=method != "top_no_controller",
+                                 transfer=method != "top_no_transfer")
+
+    def select_tau(self, tau: torch.Tensor) -> torch.Tensor:
+        if self.method == "top_single_scale":      # the middle scale (k = 16 of 8, 16, 32)
+            mid = self.scales // 2
+            return tau[..., mid * F_PER_SCALE:(mid + 1) * F_PER_SCALE]
+        return tau
+
+    def forward(self, tokens: torch.Tensor, centers: torch.Tensor, tau: torch.Tensor,
+                neigh: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens (B, G, D) from the frozen tokenizer (``neigh`` (B, G, k, 3) instead for ``full``),
+        centres (B, G, 3), tau (B, G, F) -> logits (B, classes)."""
+        if self.method == "features_mlp":
+            return self.head(torch.cat([tau.mean(1), tau.max(1).values], -1))
+        if self.method == "full":
+            tokens = self.backbone.tokenize(neigh)
+        add = None
+        if self.top is not None:
+            tokens, e = self.top["ctrl"](tokens, self.select_tau(tau))
+            if "transfer" in self.top:
+                add = self.top["transfer"].streams(e)
+        prompts = None if self.prompts is None else list(self.prompts[:, None])
+        feat = self.backbone.encode(tokens, centers, add=add, prompts=prompts, adapters=self.adapters)
+        return self.head(feat)
+
+
+def accuracy(model: Tuned, data: dict, batch: int = 256) -> np.ndarray:
+    """Per-cloud correctness (bool array) of ``model`` on ``data`` (tokens, centers, tau, neigh, y)."""
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(data["y"]), batch):
+            s = slice(i, i + batch)
+            logits = model(data["tokens"][s], data["centers"][s], data["tau"][s], data["neigh"][s])
+            out.append((logits.argmax(-1) == data["y"][s]).numpy())
+    return np.concatenate(out)
+
+
+def finetune(backbone: nn.Module, method: str, train: dict, n_classes: int, ranks: dict, *, steps: int,
+             batch: int, lr: float, seed: int, scales: int = 3) -> tuple[Tuned, dict]:
+    """Train ``method`` on ``train`` with AdamW (``compendium.training.fit``); returns (model, info)."""
+    f = train["tau"].shape[-1]
+    with seeded_init(seed):
+        model = Tuned(backbone, method, n_classes, f, ranks, scales)
+    gen = torch.Generator().manual_seed(seed)
+    n = len(train["y"])
+
+    def loss_fn(step: int) -> torch.Tensor:
+        i = torch.randperm(n, generator=gen)[:batch]
+        logits = model(train["tokens"][i], train["centers"][i], train["tau"][i], train["neigh"][i])
+        return nn.functional.cross_entropy(logits, train["y"][i])
+
+    spec = TrainSpec(max_steps=steps, learning_rate=lr, weight_decay=0.01, warmup_steps=max(1, steps // 10),
+                     schedule="cosine", grad_clip=1.0, log_every=max(1, steps // 5))
+    log = fit(model, loss_fn, spec)
+    head = sum(p.numel() for p in model.head.parameters()) if method != "features_mlp" else 0
+    return model, {"trainable": trainable(model), "trainable_without_head": trainable(model) - head,
+                   "final_loss": float(log.final_loss)}
