@@ -276,3 +276,14 @@ def test_run_tiny_equal_budget_and_paired():
         ex.Config(settings=("stereo",))
     with pytest.raises(ValueError):
         ex.Config(n_seeds=1)
+
+
+def test_asset_roundtrip(tmp_path, monkeypatch):
+    monkeypatch.setitem(ex.SCALES, "smoke", dict(n_seeds=2, n_gaussians=20, iterations=12, n_test_views=2))
+    ex.build_asset(tmp_path, "smoke", 0)
+    r = ex.load_asset(tmp_path)
+    assert r.config == ex.asset_config("smoke", 0)
+    assert set(r.metrics) == set(ex.SETTINGS) and set(r.models["sparse"]) == set(ex.ARMS)
+    assert len(r.metrics["sparse"]["energs"]["leak"]) == 2
+    with pytest.raises(ValueError):
+        ex.asset_config("huge", 0)

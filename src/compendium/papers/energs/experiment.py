@@ -389,3 +389,45 @@ def paired(metrics, setting, arm_a, arm_b, key, scale_b=1.0, level=0.95):
     a = np.asarray(metrics[setting][arm_a][key], float)
     b = scale_b * np.asarray(metrics[setting][arm_b][key], float)
     return paired_difference(a, b, level=level, unit=f"training seeds ({setting})")
+
+
+# ----------------------------------------------------------------------------- asset
+ASSET_NAME = "energs_splats"
+SCALES = {"smoke": dict(n_seeds=5, n_gaussians=100, iterations=150, n_test_views=20),
+          "full": dict(n_seeds=5, n_gaussians=300, iterations=1000, n_test_views=20)}
+
+
+def asset_config(scale: str, seed: int) -> Config:
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {sorted(SCALES)}, got {scale!r}")
+    return Config(seed=int(seed), **SCALES[scale])
+
+
+def build_asset(out_dir, scale: str, seed: int) -> None:
+    """Train every arm x setting x training seed (``run``) and save metrics, labels and the first
+    seed's Gaussians into ``out_dir``."""
+    import json
+    from pathlib import Path
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    res = run(asset_config(scale, seed))
+    cfg = asdict(res.config)
+    cfg["settings"] = list(cfg["settings"])
+    (out / "metrics.json").write_text(json.dumps({"config": cfg, "metrics": res.metrics}, indent=1, sort_keys=True) + "\n")
+    np.save(out / "labels.npy", res.labels)
+    torch.save({s: {a: {k: v.detach() for k, v in m.t.items()} for a, m in d.items()} for s, d in res.models.items()},
+               out / "models.pt")
+
+
+def load_asset(path) -> Result:
+    """The ``Result`` saved by ``build_asset`` (fields recomputed from the saved labels)."""
+    import json
+    from pathlib import Path
+    path = Path(path)
+    meta = json.loads((path / "metrics.json").read_text())
+    labels = np.load(path / "labels.npy")
+    raw = torch.load(path / "models.pt", weights_only=True)
+    models = {s: {a: Model(t["mu"], t["log_scale"], t["angle"], t["color"], t["opacity"]) for a, t in d.items()}
+              for s, d in raw.items()}
+    return Result(Config(**meta["config"]), labels, distance_fields(labels), meta["metrics"], models)
