@@ -192,6 +192,6 @@ def test_config_checks_and_tiny_run(tmp_path):
     assert set(res.accuracy) == set(experiment.METHODS) | {"top_permuted"}
     assert all(v.shape == (2,) and ((0 <= v) & (v <= 100)).all() for v in res.accuracy.values())
     assert res.best_peft in experiment.PEFT and res.lr["top"] in (1e-3, 1e-2)
-    assert res.identity_gap < 1e-6 and res.tau_gap < 1e-5
+    assert res.identity_gap < 1e-6 and res.tau_gap < 1e-5 and res.knn_gap < 1e-9
     d = res.accuracy["top"] - res.accuracy[res.best_peft]
     assert abs(m["headline"].point - d.mean()) < 1e-9

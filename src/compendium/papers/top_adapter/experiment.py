@@ -67,7 +67,7 @@ class Config:
     test_per_class: int = 20
     replicates: int = 3
     steps: int = 40
-    batch: int = 24
+    batch: int = 16
     lr_grid: tuple = (0.003,)
     min_effect: float = 3.0
     ft_margin: float = 2.0
@@ -125,6 +125,19 @@ def tau_invariance_gap(rng: np.random.Generator, scales, n_points: int = 256, n_
     return max(float((tau(v) - base).abs().max()) for v in (pts @ rot.T + t, pts[rng.permutation(n_points)], 3.1 * pts))
 
 
+def knn_brute_gap(rng: np.random.Generator, n_points: int = 200, n_queries: int = 17, k: int = 16) -> float:
+    """max |distance of the j-th kNN (compendium.kernels.knn) - j-th smallest brute-force distance| (float64)."""
+    from compendium.kernels.knn import knn
+
+    pts = torch.tensor(rng.normal(size=(2, n_points, 3)))
+    q = torch.tensor(rng.normal(size=(2, n_queries, 3)))
+    idx, _ = knn(pts, q, k)
+    got = (pts[torch.arange(2)[:, None, None], idx] - q[:, :, None]).norm(dim=-1).numpy()
+    p, qq = pts.numpy(), q.numpy()
+    brute = np.sort(np.sqrt(((qq[:, :, None, :] - p[:, None, :, :]) ** 2).sum(-1)), -1)[..., :k]
+    return float(np.abs(got - brute).max())
+
+
 def init_identity_gap(backbone: PointBackbone, data: dict, ranks: dict) -> float:
     """max |logits(TopAdapter at step 0) - logits(frozen backbone + the same head)|."""
     from compendium.training import seeded_init
@@ -154,6 +167,7 @@ class Result:
     backbone_parameters: int
     tau_gap: float
     identity_gap: float
+    knn_gap: float
     asset: dict
     metrics: dict = field(default_factory=dict)
 
@@ -203,7 +217,7 @@ def run(config: Config, asset_path: str | Path) -> Result:
     best = max(PEFT, key=lambda m: dev_acc[m].mean())
     result = Result(config, acc, dev_acc, cls_acc, lr, n_train, ranks, best, sum(p.numel() for p in backbone.parameters()),
                     tau_invariance_gap(np.random.default_rng(base + 4), config.scales), init_identity_gap(backbone, test, ranks),
-                    meta)
+                    knn_brute_gap(np.random.default_rng(base + 5)), meta)
     result.metrics = summarize(result)
     return result
 
