@@ -272,6 +272,8 @@ def test_run_tiny_equal_budget_and_paired():
     e = ex.paired(r.metrics, "monocular", "energs", "vanilla", "leak", scale_b=0.5)
     d = np.subtract(r.metrics["monocular"]["energs"]["leak"], 0.5 * np.asarray(r.metrics["monocular"]["vanilla"]["leak"]))
     assert e.point == pytest.approx(d.mean()) and e.n == 2 and e.low <= e.point <= e.high
+    h = ex.headline(r.metrics, ("monocular",))["monocular"]
+    assert h["leak_excess"].point == pytest.approx(e.point) and h["vanilla_gap"].n == 2
     with pytest.raises(ValueError):
         ex.Config(settings=("stereo",))
     with pytest.raises(ValueError):
@@ -287,3 +289,18 @@ def test_asset_roundtrip(tmp_path, monkeypatch):
     assert len(r.metrics["sparse"]["energs"]["leak"]) == 2
     with pytest.raises(ValueError):
         ex.asset_config("huge", 0)
+
+
+def test_theory_functions_for_the_ledger():
+    c = ex.claim2_check(ex.room_labels())
+    assert c["fraction"] == 1.0 and c["voxels"] > 1000 and c["void_fraction"] < 0.05
+    assert ex.claim2_check(ex.room_labels(), EnergyParams(lam=0.0))["fraction"] == 0.0
+    t = ex.relax_trace(ex.room_labels(), n_points=200)
+    assert t["non_increasing"] and t["counts"][0] > 0 and t["counts"][-1] <= 0.01 * t["counts"][0]
+    assert ex.prop1_smooth(1.0, clouds=5)["worst_rise"] <= 1e-9
+    assert ex.prop1_smooth(50.0, clouds=5)["worst_rise"] > 1e-6
+    r = ex.renderer_checks()
+    assert r["max_abs_diff"] < 1e-10 and r["gradcheck"]
+    # the street scene has no deep FREE (why the room is used)
+    f = distance_fields(ex.lidar_labels())
+    assert f["d_trust"][f["free"]].max() < deep_free_constants()[0]
