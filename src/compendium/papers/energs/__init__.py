@@ -28,7 +28,8 @@ unit vector; it is void (not violated) on the few medial-axis voxels where that 
 vanishes (tested).
 
 The scene, the five training arms, the metrics and ``Config`` / ``run`` live in
-``compendium.papers.energs.experiment``. Status: no notebook or ledger yet (see the issue).
+``compendium.papers.energs.experiment`` (with the ledger's theory checks and the asset builder).
+The notebook is a draft at ``notebooks/vision/energs.md.draft``; the chapter is still planned.
 """
 from __future__ import annotations
 
