@@ -415,7 +415,7 @@ def build_asset(out_dir, scale: str, seed: int) -> None:
     cfg = asdict(res.config)
     cfg["settings"] = list(cfg["settings"])
     (out / "metrics.json").write_text(json.dumps({"config": cfg, "metrics": res.metrics}, indent=1, sort_keys=True) + "\n")
-    np.save(out / "labels.npy", res.labels)
+    torch.save(torch.from_numpy(np.ascontiguousarray(res.labels)), out / "labels.pt")  # a trained asset, not a dataset
     torch.save({s: {a: {k: v.detach() for k, v in m.t.items()} for a, m in d.items()} for s, d in res.models.items()},
                out / "models.pt")
 
@@ -426,7 +426,7 @@ def load_asset(path) -> Result:
     from pathlib import Path
     path = Path(path)
     meta = json.loads((path / "metrics.json").read_text())
-    labels = np.load(path / "labels.npy")
+    labels = torch.load(path / "labels.pt", weights_only=True).numpy()
     raw = torch.load(path / "models.pt", weights_only=True)
     models = {s: {a: Model(t["mu"], t["log_scale"], t["angle"], t["color"], t["opacity"]) for a, t in d.items()}
               for s, d in raw.items()}
