@@ -92,6 +92,9 @@ def main() -> None:
                         help="copy built assets from DIR (e.g. results/smoke/assets) into the throw-away project "
                              "and replace the timed cold build by an untimed warm-up build (chapters only): only the "
                              "forced chapter runs are timed")
+    parser.add_argument("--reuse-results", action="store_true",
+                        help="with --reuse-assets: also copy the chapters' last results (and benchmark files) "
+                             "from beside DIR, so the untimed warm-up only reruns what is out of date")
     parser.add_argument("--only", nargs="+", metavar="SLUG",
                         help="force only these ready chapters in the timed runs (the others are built, untimed, "
                              "by the warm-up; the book waits for every ready chapter)")
@@ -111,14 +114,26 @@ def main() -> None:
         if args.reuse_assets:
             target = root / "results" / args.scale / "assets"
             shutil.copytree(args.reuse_assets, target, dirs_exist_ok=True)
+            copied = [target]
+            if args.reuse_results:  # the chapters' last results and benchmark files beside the assets
+                source = args.reuse_assets.resolve().parent
+                for chapter in registry.ready:
+                    for rel in (chapter.slug, f"benchmarks/{chapter.slug}.tsv"):
+                        if (source / rel).exists():
+                            dest = root / "results" / args.scale / rel
+                            dest.parent.mkdir(parents=True, exist_ok=True)
+                            (shutil.copytree if (source / rel).is_dir() else shutil.copy2)(source / rel, dest)
+                            copied.append(dest)
             now = time.time()
-            for path in target.rglob("*"):  # newer than the copied sources, so Snakemake keeps them
-                os.utime(path, (now, now))
+            for top in copied:  # newer than the copied sources, so Snakemake keeps them
+                for path in [top, *top.rglob("*")] if top.is_dir() else [top]:
+                    os.utime(path, (now, now))
             # untimed: brings every chapter current (the book waits for all of them, so with --only
             # the others must be built before the timed runs); no asset may rerun (checked below)
             warm = run(root, "build", "--scale", args.scale, "--cores", "2")
             warm_assets = [p.stem for p in (root / "results" / args.scale / "benchmarks").glob("asset-*.tsv")]
-            shutil.rmtree(root / "results" / args.scale / "benchmarks", ignore_errors=True)
+            # the benchmark files are outputs of the rules: deleting them would make Snakemake rerun
+            # every chapter; what ran in the timed runs is told by their modification times instead
             figures = {}
             print(f"warm-up build (untimed in the report): {warm:.1f} s", flush=True)
             # before ten minutes of timing: would anything outside --only run, and why?
@@ -136,6 +151,7 @@ def main() -> None:
         else:
             figures = {"cold build (--cores 2)": run(root, "build", "--scale", args.scale, "--cores", "2")}
         per_chapter = {}
+        timed_from = time.time()
         for cores in (1, 2):
             figures[f"forced chapters, --cores {cores}"] = run(
                 root, "build", "--scale", args.scale, "--cores", str(cores), "--force", *slugs)
@@ -143,10 +159,12 @@ def main() -> None:
             per_chapter[cores]["(book)"] = bench_seconds(root, args.scale, "book")
         # only the timed runs count: an asset missing from --reuse-assets is built by the untimed
         # warm-up (reported below), and the timed runs must then reuse it like the others
-        rebuilt = sorted(p.stem for p in (root / "results" / args.scale / "benchmarks").glob("asset-*.tsv"))
+        fresh = {p.stem for p in (root / "results" / args.scale / "benchmarks").glob("*.tsv")
+                 if p.stat().st_mtime >= timed_from}
+        rebuilt = sorted(s for s in fresh if s.startswith("asset-"))
         if args.reuse_assets and rebuilt:
             sys.exit(f"the reused assets were rebuilt ({', '.join(rebuilt)}): the timings include them; not reported")
-        ran = {p.stem for p in (root / "results" / args.scale / "benchmarks").glob("*.tsv")} - {*slugs, "book"}
+        ran = fresh - {*slugs, "book", *rebuilt}
         if args.reuse_assets and ran:
             sys.exit(f"chapters outside --only ran too ({', '.join(sorted(ran))}): the timings include them; not reported")
         probe = kernel_probe(root)
