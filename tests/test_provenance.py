@@ -55,6 +55,25 @@ def test_relative_and_from_imports_resolve():
     assert provenance.imported_modules("import numpy\nfrom torch import nn\n") == set()
 
 
+def test_closures_follow_edits_within_one_process(tmp_path, monkeypatch):
+    """The parse caches (one parse per file version) never hide an edit: a new import in a library
+    file shows in the closure of a notebook that did not change."""
+    lib = tmp_path / "src" / "compendium"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    (lib / "a.py").write_text("import numpy\n")
+    (lib / "b.py").write_text("")
+    notebook = tmp_path / "nb.md"
+    notebook.write_text("```{code-cell} ipython3\nfrom compendium import a\n```\n")
+    monkeypatch.setattr(provenance.paths, "ROOT", tmp_path)
+    assert provenance.notebook_sources(notebook) == ["src/compendium/__init__.py", "src/compendium/a.py"]
+    (lib / "a.py").write_text("from compendium import b\n")
+    os.utime(lib / "a.py", ns=(1, 1))  # a different version even on a coarse-mtime filesystem
+    assert provenance.notebook_sources(notebook) == [
+        "src/compendium/__init__.py", "src/compendium/a.py", "src/compendium/b.py"]
+    assert provenance.library_closure(["compendium.a"]) == [lib / "__init__.py", lib / "a.py", lib / "b.py"]
+
+
 def test_importing_a_paper_module_does_not_load_the_ledger():
     code = ("import sys, compendium.papers.continuized_hippo, compendium.workflow\n"
             "print('compendium.claims' in sys.modules, 'scipy.stats' in sys.modules)")

@@ -117,9 +117,23 @@ def library_closure(modules) -> list[Path]:
         if path in followed:
             continue
         followed.add(path)
-        mod, is_package = _module_name(path)
-        queue.extend(imported_modules(_read_text(path), mod, is_package))
+        queue.extend(_file_imports(path))
     return sorted(seen)
+
+
+@lru_cache(maxsize=None)
+def _file_imports_cached(path: Path, mtime_ns: int) -> frozenset[str]:
+    mod, is_package = _module_name(path)
+    return frozenset(imported_modules(_read_text(path), mod, is_package))
+
+
+def _file_imports(path: Path) -> frozenset[str]:
+    """``imported_modules`` of one library file, parsed once per version of the file.
+
+    Snakemake asks for every chapter's and asset's closure while it builds the DAG; without this
+    cache each start re-parsed the shared library files once per closure (2400 parses, 15 s CPU
+    for 36 chapters)."""
+    return _file_imports_cached(path, path.stat().st_mtime_ns)
 
 
 @lru_cache(maxsize=None)
@@ -162,12 +176,20 @@ def _rel(path: Path) -> str:
 
 def notebook_sources(notebook: Path) -> list[str]:
     """Library files a chapter notebook imports (repository-relative, sorted)."""
+    notebook = Path(notebook)
+    mods = _notebook_imports(notebook, notebook.stat().st_mtime_ns)
+    return [_rel(p) for p in library_closure(mods)]
+
+
+@lru_cache(maxsize=None)
+def _notebook_imports(notebook: Path, mtime_ns: int) -> frozenset[str]:
+    """The ``compendium`` modules a notebook's code cells import (parsed once per version)."""
     code = notebook_code(notebook)
     mods = set()
     for chunk in code.split("\n\n"):  # a cell that does not parse alone still yields the rest
         mods |= imported_modules(chunk)
     mods |= imported_modules(code)
-    return [_rel(p) for p in library_closure(mods)]
+    return frozenset(mods)
 
 
 def builder_sources(spec: str) -> list[str]:
