@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from compendium.losses import info_nce_from_logits
+from compendium.losses import info_nce, info_nce_from_logits
 from compendium.papers import pixclip as paper
 from compendium.training import seeded_init
 
@@ -46,11 +46,13 @@ def test_texts_deterministic_lengths_and_late_prefix():
     a, b = paper.region_tokens(sc), paper.region_tokens(paper.make_scenes(30, np.random.default_rng(2)))
     assert (a == b).all()
     lengths = (a[sc.valid] != 0).sum(1)
-    assert lengths.min() >= 13 and lengths.max() <= 19
+    assert lengths.min() >= 12 and lengths.max() <= 40 and lengths.max() > 30       # the 12-40
+    assert set(lengths[~sc.late[np.nonzero(sc.valid)[0]]]) <= {15, 20, 25}
+    assert set(lengths[sc.late[np.nonzero(sc.valid)[0]]]) <= {24, 29, 34}
     foil = paper.region_tokens(sc, "colour", np.random.default_rng(0))
     for i in np.nonzero(sc.late)[0]:
         rows = np.nonzero(sc.valid[i])[0]
-        assert (a[i, rows, :8] == a[i, rows[0], :8]).all()    # the first 8 tokens are shared
+        assert (a[i, rows, :9] == a[i, rows[0], :9]).all()    # the 9-token prefix is shared
         diff = np.nonzero(a[i, rows[0]] != foil[i, rows[0]])[0]
         assert len(diff) == 1 and diff[0] >= 8                # the foil differs once, after token 8
 
@@ -91,3 +93,71 @@ def test_branch_losses_and_tiny_training():
         paper.train_variant("nope", settings, 0, pool=pool)
     with pytest.raises(ValueError):
         paper.Config(test_scenes=10)
+
+
+def test_relations_and_region_words():
+    assert paper.relation(0, 1) == "right" and paper.relation(1, 0) == "left"
+    assert paper.relation(0, 2) == "below" and paper.relation(3, 1) == "above"
+    assert paper.relation(0, 3) == "across" and paper.relation(2, 1) == "across"
+    attrs = np.array([[0, 0, 0, 0, 0], [1, 2, 1, 1, 3], [-1] * 5, [-1] * 5])
+    valid = np.array([True, True, False, False])
+    words = paper.region_words(attrs, valid, 0, late=False)
+    assert words == ["a", "region", ":", "small", "solid", "red", "circle", "at", "topleft", ";",
+                     "across", "large", "blue", "square", ";"]
+    late = paper.region_words(attrs, valid, 1, late=True)
+    assert late[:9] == ["scene", "of", "two", "objects", ":", "circle", "square", ".", "."]
+    assert late[14] == "blue" and late[13] == "striped"     # own colour / texture: tokens 15 / 14
+
+
+def test_scene_recall_matches_loop():
+    sc = paper.make_scenes(25, np.random.default_rng(5))
+    idx = np.nonzero(sc.valid)
+    rng = np.random.default_rng(0)
+    v, t = rng.normal(size=(len(idx[0]), 4)), rng.normal(size=(len(idx[0]), 4))
+    t[:3] = v[:3]                                        # a few exact matches
+    loop = []
+    for i in range(len(sc.images)):
+        rows = np.nonzero(idx[0] == i)[0]
+        sim = v[rows] @ t[rows].T
+        loop += [paper.recall_at_1(sim[q:q + 1], np.array([q])) for q in range(len(rows))]
+    assert np.allclose(paper.scene_recall(v, t, idx, sc.valid), loop)
+    same = np.ones_like(t)                               # every text of a scene the same: ties -> 1/k
+    k = sc.valid.sum(1)[idx[0]]
+    assert np.allclose(paper.scene_recall(v, same, idx, sc.valid), 1 / k)
+
+
+def test_batched_branch_losses_equal_separate_calls():
+    pool = paper.make_batches(paper.make_scenes(5, np.random.default_rng(4)))
+    with seeded_init(0):
+        model = paper.DualEncoder(16)
+    torch.nn.init.normal_(model.vision.alpha_embed.weight, std=0.1)
+    with torch.no_grad():
+        _, parts = paper.branch_losses(model, "d_pixclip", pool, 0.07, "global")
+        v_r = model.vision(pool["images"][pool["scene"]], pool["masks"])
+        v_c = model.vision(pool["crop_images"], pool["crop_masks"])
+        v_g = model.vision(pool["images"], torch.ones_like(pool["images"][:, :1]))
+        t_r, t_g = model.text(pool["texts"]), model.text(pool["global"])
+    assert abs(float(parts["L1"] - info_nce(v_r, t_r, temperature=0.07, symmetric=True))) < 1e-5
+    assert abs(float(parts["L2"] - info_nce(v_c, t_r, temperature=0.07, symmetric=True))) < 1e-5
+    assert abs(float(parts["L3"] - info_nce(v_g, t_g, temperature=0.07, symmetric=True))) < 1e-5
+    assert paper.resolve_form("d_pixclip", "global") == "global"
+    assert paper.resolve_form("d_pixclip_other", "global") == "distill"
+    assert paper.resolve_form("global_clip", "distill") == "global"
+    with pytest.raises(ValueError):
+        paper.resolve_form("d_pixclip", "both")
+
+
+def test_l3_choice_rule_and_scale_differences(tmp_path, monkeypatch):
+    dev = paper.make_scenes(8, np.random.default_rng(0), split="test")
+    scores = iter([40.0, 40.0])
+    monkeypatch.setattr(paper.experiment.M, "evaluate", lambda *a, **k: {"region_r1_box": next(scores)})
+    assert paper.choose_l3_form({"distill": None, "global": None}, dev, 0)["chosen"] == "distill"   # tie -> distill
+    scores = iter([40.0, 41.0])
+    assert paper.choose_l3_form({"distill": None, "global": None}, dev, 0)["chosen"] == "global"
+    assert paper.scale_differences({"a": ("pass", 1.0)}, tmp_path / "none.json") is None
+    (tmp_path / "c.json").write_text('{"claims": [{"id": "a", "verdict": "fail", "measured": {"point": 0.5}}, '
+                                     '{"id": "b", "verdict": "pass", "measured": 2}]}')
+    diffs = paper.scale_differences({"a": ("pass", 1.0), "b": ("pass", 3.0)}, tmp_path / "c.json")
+    assert diffs == [("a", "pass", "fail", 1.0, 0.5)]
+    assert "a (smoke: pass, 1; full: fail, 0.5)" in paper.describe_differences(diffs, "smoke", "full")
+    assert "same verdict" in paper.describe_differences([], "smoke", "full")

@@ -7,11 +7,16 @@ shape (circle, square, triangle, cross), a colour (6), a size (2) and a texture 
 Region text of object r (token ids over :data:`VOCAB`):
 
 - *early* form (default): ``a region : <size> <texture> <colour> <shape> at <quadrant> ;``
-  followed by ``near <colour> <shape>`` for every other object (13-19 tokens);
+  followed, for every other object, by its relation to the region and its description,
+  ``<left|right|above|below|across> <size> <colour> <shape> ;`` (15, 20 or 25 tokens for 2, 3 or 4
+  objects);
 - *late* form (a controlled subset, ``late_fraction`` of the scenes): a scene prefix that is the
   same for every region of the scene (``scene of <n> objects : <shapes of all objects> .`` padded
-  with ``.`` to 9 tokens), then ``a region :`` and the region's own descriptor (19 tokens): the
-  region's colour and texture are tokens 15 and 14 (1-based), after token 8.
+  with ``.`` to 9 tokens), then ``a region :``, the region's own descriptor and the same relation
+  list (24, 29 or 34 tokens): the region's colour and texture are tokens 15 and 14 (1-based),
+  after token 8, and the first 9 tokens are shared by every region of the scene.
+
+Every region text therefore has 15-34 tokens (the issue asks 12-40).
 
 The global caption is the concatenation of the objects' descriptors
 (``<size> <texture> <colour> <shape> at <quadrant> ;`` each, 14-28 tokens) after a ``scene :`` prefix.
@@ -31,12 +36,13 @@ RGB = np.array([[1, 0, 0], [0, 1, 0], [0, 0.3, 1], [1, 1, 0], [1, 0, 1], [0, 1, 
 SIZES = ("small", "large")
 TEXTURES = ("solid", "striped")
 QUADRANTS = ("topleft", "topright", "bottomleft", "bottomright")
-WORDS = ("[pad]", "a", "region", ":", "at", ";", "near", "scene", "of", "objects", ".", "two", "three", "four")
+WORDS = ("[pad]", "a", "region", ":", "at", ";", "scene", "of", "objects", ".", "two", "three", "four",
+         "left", "right", "above", "below", "across")
 VOCAB = WORDS + SHAPES + COLOURS + SIZES + TEXTURES + QUADRANTS
 TOKEN = {w: i for i, w in enumerate(VOCAB)}
 PAD = 0
 SIDE = 32
-MAX_REGION_TOKENS = 20
+MAX_REGION_TOKENS = 34
 MAX_GLOBAL_TOKENS = 30
 SHORT_TOKENS = 8                        # the "77-token limit" analogue of models (a) and (b)
 # held-out colour x shape pairs: one per shape, so every shape and colour is still seen in training
@@ -133,19 +139,28 @@ def _descriptor(a) -> list[str]:
     return [SIZES[size], TEXTURES[texture], COLOURS[colour], SHAPES[shape], "at", QUADRANTS[quad], ";"]
 
 
+def relation(q_region: int, q_other: int) -> str:
+    """Where quadrant ``q_other`` lies seen from quadrant ``q_region`` (quadrant = 2 * row + column)."""
+    (ry, rx), (oy, ox) = divmod(int(q_region), 2), divmod(int(q_other), 2)
+    if ry == oy:
+        return "right" if ox > rx else "left"
+    if rx == ox:
+        return "below" if oy > ry else "above"
+    return "across"
+
+
 def region_words(attrs: np.ndarray, valid: np.ndarray, r: int, late: bool) -> list[str]:
     """Words of the text of region ``r`` of one scene (``attrs (4, 5)``, ``valid (4,)``)."""
-    own = _descriptor(attrs[r])
+    words = ["a", "region", ":"] + _descriptor(attrs[r])
+    for j in np.nonzero(valid)[0]:
+        if j != r:
+            words += [relation(attrs[r, 4], attrs[j, 4]), SIZES[attrs[j, 2]], COLOURS[attrs[j, 1]], SHAPES[attrs[j, 0]], ";"]
     if not late:
-        words = ["a", "region", ":"] + own
-        for j in np.nonzero(valid)[0]:
-            if j != r:
-                words += ["near", COLOURS[attrs[j, 1]], SHAPES[attrs[j, 0]]]
         return words
     k = int(valid.sum())
     prefix = ["scene", "of", ("two", "three", "four")[k - 2], "objects", ":"] + [SHAPES[attrs[j, 0]] for j in np.nonzero(valid)[0]]
     prefix += ["."] * (9 - len(prefix))
-    return prefix + ["a", "region", ":"] + own
+    return prefix + words
 
 
 def global_words(attrs: np.ndarray, valid: np.ndarray) -> list[str]:
