@@ -64,22 +64,75 @@ def test_stack_equals_separate_training(digits):
 
 
 def test_sgd_matches_torch_optim_sgd(digits):
-    # plain SGD of the stack = torch.optim.SGD on an nn.Sequential with the same init and batches
-    x, y = digits["x_train"][:64], digits["y_train"][:64]
-    ours, _ = paper.train_stack(x, y, [0.1], [5], 64, 3, 8)        # full batch: order irrelevant
-    init = paper.init_stack([5], (64, 8, 8, 10))
-    net = torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.GELU(), torch.nn.Linear(8, 8), torch.nn.GELU(),
-                              torch.nn.Linear(8, 10))
-    with torch.no_grad():
-        for layer, i in zip((0, 2, 4), (0, 2, 4)):
-            net[layer].weight.copy_(init[i][0].T)
-            net[layer].bias.copy_(init[i + 1][0, 0])
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    for _ in range(3):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y)).backward()
-        opt.step()
-    torch.testing.assert_close(ours[0][0], net[0].weight.detach().T, rtol=1e-5, atol=1e-6)
+    # one model at a time: torch.optim.SGD on an nn.Sequential with the same init and the same
+    # per-epoch batch orders equals the batched trainer's model (mini-batches, two epochs)
+    x, y = digits["x_train"][:96], digits["y_train"][:96]
+    lrs, seeds, B, epochs = [0.1, 0.3], [5, 6], 16, 2
+    ours, _ = paper.train_stack(x, y, lrs, seeds, B, epochs, 8)
+    for m, (lr, seed) in enumerate(zip(lrs, seeds)):
+        init = paper.init_stack([seed], (64, 8, 8, 10))
+        net = torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.GELU(), torch.nn.Linear(8, 8), torch.nn.GELU(),
+                                  torch.nn.Linear(8, 10))
+        with torch.no_grad():
+            for i in (0, 2, 4):
+                net[i].weight.copy_(init[i][0].T)
+                net[i].bias.copy_(init[i + 1][0, 0])
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        gen = np.random.default_rng([seed, 0, 5])
+        for _ in range(epochs):
+            order = gen.permutation(len(y))
+            for step in range(len(y) // B):
+                idx = order[step * B:(step + 1) * B]
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(torch.from_numpy(x[idx])), torch.from_numpy(y[idx])).backward()
+                opt.step()
+        for i in (0, 2, 4):
+            torch.testing.assert_close(ours[i][m], net[i].weight.detach().T, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(ours[i + 1][m, 0], net[i].bias.detach(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "penalty", "sam"])
+def test_batched_trainer_equals_reference_one_at_a_time(digits, kind):
+    # the asset's trainer (hand-written backward, in-place batched updates) on a stack of three
+    # models = the autograd reference trainer run on each model alone
+    x, y = digits["x_train"][:120], digits["y_train"][:120]
+    lrs, seeds = [0.05, 0.2, 0.1], [1, 2, 2]
+    kw = [{} for _ in lrs]
+    if kind == "penalty":
+        kw = [{"penalty": [lam]} for lam in (0.0, 0.5, 2.0)]
+    elif kind == "sam":
+        kw = [{"sam_rho": 0.05} for _ in lrs]
+    batched_kw = {"penalty": [k["penalty"][0] for k in kw]} if kind == "penalty" else kw[0]
+    both, losses = paper.train_stack(x, y, lrs, seeds, 12, 2, 8, **batched_kw)
+    for m in range(3):
+        alone, ref_losses = paper.train_stack_reference(x, y, [lrs[m]], [seeds[m]], 12, 2, 8, **kw[m])
+        for a, b in zip(both, alone):
+            torch.testing.assert_close(a[m], b[0], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(losses[:, m], ref_losses[:, 0], rtol=1e-5)
+
+
+def test_penalty_gradient_equals_double_backprop():
+    # the hand-derived second-order terms of the input-gradient penalty = autograd's double
+    # backprop, in float64, with a strength large enough that the penalty dominates the loss
+    from compendium.papers.attribution_robustness.models import _factors, _gradients
+
+    g = torch.Generator().manual_seed(0)
+    params = [p.double() * 3 for p in paper.init_stack([0, 1], (5, 4, 4, 3))]
+    x = torch.rand(2, 6, 5, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 6), generator=g)
+    lam = torch.tensor([0.0, 10.0], dtype=torch.float64)
+    loss, pairs = _factors(params, x, y, lam)
+    ours = _gradients(params, pairs)
+    ps = [p.clone().requires_grad_() for p in params]
+    xr = x.clone().requires_grad_()
+    ce = paper.stack_cross_entropy(paper.stack_forward(ps, xr), y)
+    (gx,) = torch.autograd.grad(ce.sum(), xr, create_graph=True)
+    ref_loss = ce + lam * (gx * 6).pow(2).sum(-1).mean(1)
+    ref = torch.autograd.grad(ref_loss.sum(), ps)
+    torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-10, atol=1e-12)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    assert float((ref[0][1] - _gradients(params, _factors(params, x, y, lam * 0)[1])[0][1]).abs().max()) > 1e-3
 
 
 # ---------------------------------------------------------------- attribution properties
@@ -92,6 +145,19 @@ def test_topk_and_rank_correlation():
     assert paper.rank_correlation(a, -a).item() == pytest.approx(1.0)    # magnitudes
     with pytest.raises(ValueError):
         paper.topk_mask(a, 6)
+
+
+def test_kendall_tau_matches_scipy():
+    from scipy.stats import kendalltau
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 4, 12, generator=g)
+    b = a + 0.7 * torch.randn(3, 4, 12, generator=g)
+    b[0, 0, :3] = b[0, 0, 3]                                          # ties: tau-b
+    ours = paper.kendall_tau(a, b, max_elements=300).numpy()          # several chunks
+    ref = np.array([[kendalltau(a[i, j].abs().numpy(), b[i, j].abs().numpy())[0] for j in range(4)] for i in range(3)])
+    np.testing.assert_allclose(ours, ref, atol=1e-12)
+    assert paper.kendall_tau(a, -a).eq(1).all()                       # magnitudes
 
 
 def test_attack_stays_in_budget_and_beats_random(digits):
@@ -169,13 +235,27 @@ def test_accuracy_matching_and_sanity():
 
 def test_tiny_run(digits):
     blob = _tiny_blob(digits, penalty=True)
-    cfg = paper.Config(test_points=12, method_points=5, epsilons=(0.1,), attack_steps=3, hutchinson_probes=2,
+    cfg = paper.Config(test_points=12, method_points=5, epsilons=(0.05, 0.1), attack_steps=3, hutchinson_probes=2,
                        power_iterations=2, curvature_points=32, ig_steps=4, smoothgrad_samples=2, check_points=3)
     table, example = paper.evaluate_task("digits", blob, cfg, torch.Generator().manual_seed(0), np.random.default_rng(0))
-    assert len(table) == 9 and {"pgd_0.1", "random_0.1", "input_hessian", "top_eigenvalue", "method_ig"} <= set(table)
+    assert len(table) == 9 and {"pgd_0.1", "random_0.1", "input_hessian", "top_eigenvalue", "method_ig", "kendall_0.1"} <= set(table)
     assert table["pgd_0.1"].between(0, 1).all() and (table["temperature"] > 0).all()
     est, p = paper.penalty_control(table, 0.1)
     assert -1 <= est.point <= 1 and 0 <= p <= 1
+    # off the headline radius only the accuracy-matched plain-SGD models are attacked, with the
+    # values a whole-stack attack gives them (models do not interact)
+    matched = paper.accuracy_matched(table, cfg.accuracy_margin)
+    ids = set(map(tuple, matched[["eta", "batch_size", "seed"]].values))
+    inside = np.array([r.family == "sgd" and (r.eta, r.batch_size, r.seed) in ids for r in table.itertuples()])
+    assert 0 < inside.sum() < len(table)
+    assert table.loc[inside, "pgd_0.05"].notna().all() and table.loc[~inside, "pgd_0.05"].isna().all()
+    idx = np.random.default_rng(0).choice(len(digits["y_test"]), size=12, replace=False)
+    x = torch.from_numpy(digits["x_test"][idx]).expand(9, 12, 64).contiguous()
+    y = torch.from_numpy(digits["y_test"][idx]).expand(9, 12).contiguous()
+    whole = paper.attribution_attack(blob["params"], x, y, k=8, eps=0.05, steps=3)["intersection"]
+    correct = example["correct"]
+    expect = ((whole * correct).sum(1) / correct.sum(1).clamp_min(1)).numpy()
+    np.testing.assert_allclose(table.loc[inside, "pgd_0.05"].to_numpy(), expect[inside], rtol=1e-6)
 
 
 def test_config_validation():

@@ -23,7 +23,7 @@ import torch
 
 from .models import stack_cross_entropy, stack_forward
 
-__all__ = ["gradient_map", "topk_mask", "topk_intersection", "rank_correlation", "attribution_attack",
+__all__ = ["gradient_map", "topk_mask", "topk_intersection", "rank_correlation", "kendall_tau", "attribution_attack",
            "random_perturbation", "input_hvp", "hutchinson", "input_hessian_norm", "parameter_hvp",
            "parameter_curvature", "fit_temperature", "single_model", "captum_maps",
            "softmax_jacobian_symbolic", "softmax_jacobian_numeric", "integrated_gradients_ours"]
@@ -66,6 +66,25 @@ def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ra, rb = _ranks(a.abs()), _ranks(b.abs())
     ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
     return (ra * rb).sum(-1) / torch.sqrt((ra ** 2).sum(-1) * (rb ** 2).sum(-1))
+
+
+def kendall_tau(a: torch.Tensor, b: torch.Tensor, max_elements: int = 1 << 22) -> torch.Tensor:
+    """Kendall's tau-b of ``|a|`` and ``|b|`` along the last axis, for every leading index at once
+    (all pairs compared; rows taken in chunks of at most ``max_elements`` pair entries)."""
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
+    d = a.shape[-1]
+    A, Bm = a.abs().reshape(-1, d).double(), b.abs().reshape(-1, d).double()
+    rows = max(1, max_elements // (d * d))
+    out = []
+    for start in range(0, A.shape[0], rows):
+        u, w = A[start:start + rows], Bm[start:start + rows]
+        su = torch.sign(u[:, :, None] - u[:, None, :])
+        sw = torch.sign(w[:, :, None] - w[:, None, :])
+        num = (su * sw).sum((-1, -2))
+        den = torch.sqrt((su != 0).sum((-1, -2)).double() * (sw != 0).sum((-1, -2)).double())
+        out.append(num / den)
+    return torch.cat(out).view(a.shape[:-1]) if out else torch.empty(a.shape[:-1], dtype=torch.float64)
 
 
 def _clip(x0, delta, eps, box):

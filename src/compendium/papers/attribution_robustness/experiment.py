@@ -103,33 +103,49 @@ def evaluate_task(task: str, blob: dict, config: Config, generator: torch.Genera
     table["input_hessian"] = _masked_mean(fro.mean(0).clamp_min(0).sqrt(), correct)
     _, fro1 = attr.hutchinson(lambda v: attr.input_hvp(params, X, Y, v), X.shape, RAW_PROBES, generator)
     table["input_hessian_raw"] = _masked_mean(fro1.mean(0).clamp_min(0).sqrt(), correct)
+    # the models each read-out is read for: every model at the headline radius (attack sanity over
+    # all plain-SGD configs, the penalty control, the references table); the accuracy-matched
+    # plain-SGD models at the other radii (the per-radius correlations); the curvature for the
+    # matched models and those at the references' (eta, B). Each model's read-outs depend only on
+    # its own weights, so computing them on a sub-stack changes no value that is read.
+    ids = set(map(tuple, accuracy_matched(table, config.accuracy_margin)[["eta", "batch_size", "seed"]].values))
+    in_matched = np.array([(r.family == "sgd") and (r.eta, r.batch_size, r.seed) in ids for r in table.itertuples()])
+    ref_cfg = set(map(tuple, table.loc[table["family"] != "sgd", ["eta", "batch_size"]].values))
+    at_ref = np.array([(r.eta, r.batch_size) in ref_cfg for r in table.itertuples()])
     # parameter-space curvature of the training loss
     cidx = rng.choice(len(data["y_train"]), size=min(config.curvature_points, len(data["y_train"])), replace=False)
     xc, yc = torch.from_numpy(data["x_train"][cidx]), torch.from_numpy(data["y_train"][cidx])
-    curv = attr.parameter_curvature(params, xc.expand(M, *xc.shape), yc.expand(M, len(yc)),
+    read = np.flatnonzero(in_matched | at_ref)
+    curv = attr.parameter_curvature(select(params, read), xc.expand(len(read), *xc.shape), yc.expand(len(read), len(yc)),
                                     num_probes=config.hutchinson_probes, power_iterations=config.power_iterations,
                                     generator=generator)
-    table["top_eigenvalue"], table["parameter_trace"] = curv["top_eigenvalue"], curv["trace"]
-    # the attack at every epsilon, and a same-budget random perturbation at each
+    for key, col in (("top_eigenvalue", "top_eigenvalue"), ("trace", "parameter_trace")):
+        values = np.full(M, np.nan)
+        values[read] = curv[key]
+        table[col] = values
+    # the attack at every epsilon, and a same-budget random perturbation at each (every model)
+    clean_map = attr.gradient_map(params, X, Y)
     attacked = {}
     for eps in config.epsilons:
-        out = attr.attribution_attack(params, X, Y, k=config.top_k, eps=eps, steps=config.attack_steps, box=box)
+        sub = np.arange(M) if eps == config.headline_epsilon or not in_matched.any() else np.flatnonzero(in_matched)
+        out = attr.attribution_attack(select(params, sub), X[sub], Y[sub], k=config.top_k, eps=eps,
+                                      steps=config.attack_steps, box=box)
         attacked[eps] = out
-        table[f"pgd_{eps:g}"] = _masked_mean(out["intersection"], correct)
-        table[f"pgd_rank_{eps:g}"] = _masked_mean(attr.rank_correlation(out["clean_map"], out["attacked_map"]), correct)
+        pgd, rank = np.full(M, np.nan), np.full(M, np.nan)
+        pgd[sub] = _masked_mean(out["intersection"], correct[sub])
+        rank[sub] = _masked_mean(attr.rank_correlation(out["clean_map"], out["attacked_map"]), correct[sub])
+        table[f"pgd_{eps:g}"], table[f"pgd_rank_{eps:g}"] = pgd, rank
         xr = X + attr.random_perturbation(X, eps, generator, box)
         with torch.no_grad():
             held = attr.stack_forward(params, xr).argmax(-1) == Y
         a_r = attr.gradient_map(params, xr, Y)
-        table[f"random_{eps:g}"] = _masked_mean(attr.topk_intersection(out["clean_map"], a_r, config.top_k), correct & held)
+        table[f"random_{eps:g}"] = _masked_mean(attr.topk_intersection(clean_map, a_r, config.top_k), correct & held)
     # the other attribution methods (captum), measured at the points the gradient attack found
     eps = config.headline_epsilon
     xa = X + attacked[eps]["delta"]
     n_m = min(config.method_points, X.shape[1])
     noise = config.smoothgrad_noise * float(data["x_train"].max() - data["x_train"].min())
     per_method = {m: np.full(M, np.nan) for m in METHODS}
-    ids = set(map(tuple, accuracy_matched(table, config.accuracy_margin)[["eta", "batch_size", "seed"]].values))
-    in_matched = [(r.family == "sgd") and (r.eta, r.batch_size, r.seed) in ids for r in table.itertuples()]
     for m in range(M):              # only the models the reported statistics read: accuracy-matched plain SGD
         if not in_matched[m] or correct[m, :n_m].sum() == 0:
             continue
@@ -142,6 +158,14 @@ def evaluate_task(task: str, blob: dict, config: Config, generator: torch.Genera
             per_method[method][m] = float(attr.topk_intersection(clean[method], adv[method], config.top_k)[keep].mean())
     for method in METHODS:
         table[f"method_{method}"] = per_method[method]
+    # Kendall's tau of the clean and attacked gradient maps (headline radius, matched models, the
+    # same first points as the captum methods): a second rank measure beside the maps' Spearman
+    kendall = np.full(M, np.nan)
+    sub = np.flatnonzero(in_matched)
+    if sub.size:
+        tau = attr.kendall_tau(attacked[eps]["clean_map"][sub, :n_m], attacked[eps]["attacked_map"][sub, :n_m])
+        kendall[sub] = _masked_mean(tau.float(), correct[sub, :n_m])
+    table[f"kendall_{eps:g}"] = kendall
     example = {"x": X[0, 0].numpy(), "clean": attacked[eps]["clean_map"], "attacked": attacked[eps]["attacked_map"],
                "delta": attacked[eps]["delta"], "correct": correct, "points": X.shape[1]}
     return table, example
@@ -322,6 +346,9 @@ def measurements(result: Result, config: Config) -> dict:
         for method in METHODS:
             sub = matched[np.isfinite(matched[f"method_{method}"])]
             m["by_method"][method] = rank_test(sub["eta_over_b"], sub[f"method_{method}"], "greater")
+        m["by_rank_measure"] = {
+            "Spearman of the maps": rank_test(matched["eta_over_b"], matched[f"pgd_rank_{eps:g}"], "greater"),
+            "Kendall tau of the maps": rank_test(matched["eta_over_b"], matched[f"kendall_{eps:g}"], "greater")}
         m["sanity"] = attack_sanity(table, eps)
         m["headroom"] = headroom(matched, eps)
         m["best_accuracy"] = float(table[table["family"] == "sgd"].groupby(["eta", "batch_size"])["test_accuracy"].mean().max())
