@@ -87,6 +87,9 @@ def test_ready_chapter_without_notebook(tmp_path):
         load_registry(_write_registry(tmp_path, mutate))
 
 
+# a chapter the registry still lists as planned (the refusals below need one; None once all are ready)
+PLANNED = next((c.slug for c in load_registry().chapters if c.status == "planned"), None)
+
 BAD_OVERRIDES = {
     "unknown slug": (["nochapter.seed=1"], r"unknown chapter 'nochapter'"),
     "unknown parameter": (["continuized_hippo.tau=1"], r"'continuized_hippo'.*unknown parameter 'tau'.*tau_max"),
@@ -96,13 +99,15 @@ BAD_OVERRIDES = {
     "bad seed": (["continuized_hippo.seed=-1"], r"'seed'.*invalid"),
     "bool for integer": (["continuized_hippo.num_modes=true"], r"'num_modes'.*wrong type"),
     "bad device": (["continuized_hippo.device=tpu"], r"'device'.*'tpu'.*one of"),
-    "planned chapter": (["energs.seed=1"], r"'energs' is planned"),
+    "planned chapter": ([f"{PLANNED}.seed=1"], rf"'{PLANNED}' is planned"),
     "scale per chapter": (["continuized_hippo.scale=full"], r"'scale' is chosen for the whole run"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_OVERRIDES))
 def test_bad_override_is_refused(case):
+    if case == "planned chapter" and PLANNED is None:
+        pytest.skip("no chapter is planned any more")
     items, pattern = BAD_OVERRIDES[case]
     with pytest.raises(RegistryError, match=pattern):
         load_registry().resolve_all("smoke", overrides_from_strings(items))
@@ -132,12 +137,15 @@ def test_overrides_apply_and_are_typed():
         (["build", "--profile", "cloud"], r"unknown profile 'cloud'"),
         (["build", "--scale", "huge"], r"unknown scale 'huge'"),
         (["build", "--only", "nochapter"], r"unknown chapter 'nochapter'"),
-        (["build", "--only", "energs"], r"'energs' is planned"),
+        (["build", "--only", PLANNED], rf"'{PLANNED}' is planned"),
         (["build", "--force", "demo"], r"unknown chapter 'demo'"),
     ],
 )
 def test_cli_refuses_bad_input_and_writes_nothing(tmp_path, args, pattern):
     from conftest import make_project
+
+    if None in args:
+        pytest.skip("no chapter is planned any more")
 
     root = make_project(tmp_path / "p", fixture=False)
     proc = compendium(root, *args, timeout=60)

@@ -12,6 +12,14 @@ from compendium.papers.energs import (FREE, OCC, UNK, EnergyParams, deep_free_co
                                       render_flatland_reference)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads only add overhead on a shared machine
+    yield
+    torch.set_num_threads(n)
+
+
 def test_deep_free_constants_defaults_and_sympy():
     s0, m0, B, margin = deep_free_constants()
     d, t, e = sp.Rational(1, 2), sp.Rational(1, 2), sp.Rational(1, 10)
@@ -199,6 +207,7 @@ def _prop1_worst(h, p, eta, r_min, check_r=True):
 
 
 # ----------------------------------------------------------------------------- experiment
+from compendium.papers.energs import criteria, theory  # noqa: E402
 from compendium.papers.energs import experiment as ex  # noqa: E402
 
 
@@ -262,7 +271,8 @@ def test_decoupled_update_means_move_only_by_relax():
 
 
 def test_run_tiny_equal_budget_and_paired():
-    cfg = ex.Config(n_seeds=2, n_gaussians=30, iterations=20, n_test_views=3, settings=("monocular",))
+    cfg = ex.Config(n_seeds=2, n_gaussians=30, iterations=20, n_test_views=3, settings=("monocular",),
+                    chamfer_grid=(0.1, 1.0))
     r = ex.run(cfg)
     for arm in ex.ARMS:
         mm = r.metrics["monocular"][arm]
@@ -274,32 +284,94 @@ def test_run_tiny_equal_budget_and_paired():
     assert e.point == pytest.approx(d.mean()) and e.n == 2 and e.low <= e.point <= e.high
     h = ex.headline(r.metrics, ("monocular",))["monocular"]
     assert h["leak_excess"].point == pytest.approx(e.point) and h["vanilla_gap"].n == 2
+    # the tuning: the chosen weight is the dev argmax, and the hard-prior models use it
+    tu = r.tuning["monocular"]
+    assert tu["grid"] == [0.1, 1.0] and len(tu["dev_psnr"]) == 2
+    assert tu["chosen"] == tu["grid"][int(np.argmax(tu["dev_psnr"]))]
+    # a new chapter seed redraws the test views only: Leak and chamfer stay, test PSNR moves
+    t = ex.Trained(cfg, r.labels, r.fields, r.models, r.tuning)
+    m7 = ex.evaluate(t, 7, 3)["monocular"]["vanilla"]
+    assert m7["leak"] == r.metrics["monocular"]["vanilla"]["leak"]
+    assert m7["train_psnr"] == r.metrics["monocular"]["vanilla"]["train_psnr"]
+    assert m7["test_psnr"] != r.metrics["monocular"]["vanilla"]["test_psnr"]
     with pytest.raises(ValueError):
         ex.Config(settings=("stereo",))
     with pytest.raises(ValueError):
         ex.Config(n_seeds=1)
+    with pytest.raises(ValueError):
+        ex.Config(chamfer_grid=())
+    with pytest.raises(ValueError):
+        ex.Config(chamfer_grid=(-1.0,))
+
+
+def test_dev_split_is_not_the_test_split():
+    for seed in range(5):
+        dev = ex.dev_cameras(ex.DEV_VIEWS, 0)
+        test = ex.test_cameras(20, np.random.default_rng(seed))
+        assert not any(np.allclose(d[0], t[0]) for d in dev for t in test)
+    # dev training seeds (offset 500) are never evaluation training seeds (n_seeds <= 50)
+    cfg = ex.Config(n_seeds=50)
+    assert {ex.training_seed(cfg, k) for k in range(50)}.isdisjoint({500 + j for j in range(ex.DEV_SEEDS)})
+
+
+def test_scale_differences(tmp_path):
+    import json
+    rows = {"a": ("pass", {"point": 1.0}), "b": ("fail", 0.5), "c": ("not_checkable", None), "d": ("pass", 2.0)}
+    assert criteria.scale_differences(rows, tmp_path / "missing.json") is None
+    other = {"claims": [{"id": "a", "verdict": "pass", "measured": {"point": 3.0}},
+                        {"id": "b", "verdict": "inconclusive", "measured": {"point": 0.1}},
+                        {"id": "c", "verdict": "fail", "measured": None}]}
+    (tmp_path / "claims.json").write_text(json.dumps(other))
+    d = criteria.scale_differences(rows, tmp_path / "claims.json")
+    assert d == [("b", "fail", "inconclusive", 0.5, 0.1)]
+    text = criteria.describe_differences(d, "smoke", "full")
+    assert text.startswith("1 rows differ") and "b (smoke: fail, 0.5; full: inconclusive, 0.1)" in text
+    assert "same verdict" in criteria.describe_differences([], "smoke", "full")
+    assert "no full-scale run" in criteria.describe_differences(None, "smoke", "full")
 
 
 def test_asset_roundtrip(tmp_path, monkeypatch):
-    monkeypatch.setitem(ex.SCALES, "smoke", dict(n_seeds=2, n_gaussians=20, iterations=12, n_test_views=2))
+    monkeypatch.setitem(ex.SCALES, "smoke", dict(n_seeds=2, n_gaussians=20, iterations=12, n_test_views=2,
+                                                 chamfer_grid=(0.1, 1.0)))
     ex.build_asset(tmp_path, "smoke", 0)
-    r = ex.load_asset(tmp_path)
-    assert r.config == ex.asset_config("smoke", 0)
-    assert set(r.metrics) == set(ex.SETTINGS) and set(r.models["sparse"]) == set(ex.ARMS)
-    assert len(r.metrics["sparse"]["energs"]["leak"]) == 2
+    t = ex.load_asset(tmp_path)
+    assert t.config == ex.asset_config("smoke", 0)
+    assert set(t.models) == set(ex.SETTINGS) and set(t.models["sparse"]) == set(ex.ARMS)
+    assert len(t.models["sparse"]["energs"]) == 2
+    assert t.tuning["sparse"]["chosen"] in (0.1, 1.0)
+    m = ex.evaluate(t, 0, 2)
+    assert len(m["sparse"]["energs"]["leak"]) == 2
     with pytest.raises(ValueError):
         ex.asset_config("huge", 0)
 
 
+def test_criteria_rows_and_training_seed_sweep(tmp_path, monkeypatch):
+    from compendium.stats import Estimate
+    est = lambda lo, hi: Estimate(point=(lo + hi) / 2, low=lo, high=hi, level=0.95, unit="seeds", n=5, method="t")  # noqa: E731
+    H = {"sparse": {"vanilla_psnr": est(12, 14), "vanilla_gap": est(0.5, 1.5), "nobarrier_leak_excess": est(-0.1, -0.05),
+                    "leak_excess": est(-0.1, -0.01), "psnr_diff": est(-0.05, 0.2), "gap_diff": est(0.1, 0.3),
+                    "blind_chamfer_diff": est(-1, -0.5), "blind_psnr_diff": est(-1, 1), "leak_vs_prune": est(-1, 0.1)}}
+    v = criteria.verdicts(H)
+    assert v == {"headroom-sparse": "pass", "overfit-sparse": "inconclusive", "nobarrier-leak-sparse": "fail",
+                 "leak-halved-sparse": "pass", "psnr-noninferior-sparse": "pass", "gap-smaller-sparse": "fail",
+                 "blind-chamfer-sparse": "pass", "blind-psnr-sparse": "inconclusive",
+                 "energy-beats-pruning-sparse": "inconclusive"}
+    monkeypatch.setitem(ex.SCALES, "smoke", dict(n_seeds=2, n_gaussians=16, iterations=10, n_test_views=2,
+                                                 chamfer_grid=(1.0,), settings=("sparse",)))
+    sweep = criteria.training_seed_sweep([3], "smoke", work_dir=tmp_path)
+    assert set(sweep) == {3} and set(sweep[3]) == {f"{r}-sparse" for r in criteria.ROWS}
+    assert set(sweep[3].values()) <= {"pass", "fail", "inconclusive"}
+
+
 def test_theory_functions_for_the_ledger():
-    c = ex.claim2_check(ex.room_labels())
+    c = theory.claim2_check(theory.room_labels())
     assert c["fraction"] == 1.0 and c["voxels"] > 1000 and c["void_fraction"] < 0.05
-    assert ex.claim2_check(ex.room_labels(), EnergyParams(lam=0.0))["fraction"] == 0.0
-    t = ex.relax_trace(ex.room_labels(), n_points=200)
+    assert theory.claim2_check(theory.room_labels(), EnergyParams(lam=0.0))["fraction"] == 0.0
+    t = theory.relax_trace(theory.room_labels(), n_points=200)
     assert t["non_increasing"] and t["counts"][0] > 0 and t["counts"][-1] <= 0.01 * t["counts"][0]
-    assert ex.prop1_smooth(1.0, clouds=5)["worst_rise"] <= 1e-9
-    assert ex.prop1_smooth(50.0, clouds=5)["worst_rise"] > 1e-6
-    r = ex.renderer_checks()
+    assert theory.prop1_smooth(1.0, clouds=5)["worst_rise"] <= 1e-9
+    assert theory.prop1_smooth(50.0, clouds=5)["worst_rise"] > 1e-6
+    r = theory.renderer_checks()
     assert r["max_abs_diff"] < 1e-10 and r["gradcheck"]
     # the street scene has no deep FREE (why the room is used)
     f = distance_fields(ex.lidar_labels())

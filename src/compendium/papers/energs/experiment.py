@@ -8,14 +8,16 @@ segments (same renderer as the trained models).
 
 Arms (all with clone/split densification up to the same budget ``n_gaussians``):
 ``vanilla`` (photometric loss moves the means), ``vanilla_prune`` (vanilla + FREE pruning),
-``hard_prior`` (init on LiDAR OCC points + chamfer-to-OCC loss on every mean), ``energs``
+``hard_prior`` (init on LiDAR OCC points + chamfer-to-OCC loss on every mean, its weight tuned per
+setting on a dev split of views and training seeds: ``tune_hard_prior``), ``energs``
 (photometric xyz gradient zeroed; means move by clipped relax steps on the energy and by
 densification; FREE pruning), ``energs_nobarrier`` (the same with lam = 0).
 
 Small-scale deviations (ours, not the repo's): L1 photometric loss only (no D-SSIM, no depth);
 the photometric gate and coverage modulation are off (gate = 1); the relax schedule and FREE
 pruning are rescaled to the short runs; Adam state is reset after each densification; pruning
-removes Gaussians in *deep* FREE (d_trust >= s0); the loop is hand-written because the parameter
+removes Gaussians in FREE with d_trust >= delta; EnerGS keeps the code's defaults (untuned)
+while the hard prior's weight is tuned, which favours the baseline; the loop is hand-written because the parameter
 set changes size under densification, which ``compendium.training.fit`` does not support.
 """
 from __future__ import annotations
@@ -266,21 +268,24 @@ def train_arm(arm, setting_cams, gt_images, fields, occ_points, tp: TrainParams,
     return model
 
 
+def view_psnr(model, cams, imgs, masks=None):
+    """Mean over views of the PSNR (dB) of ``model`` against ``imgs``; with ``masks``, only the
+    masked pixels of each view (views without any are skipped; NaN if none is left)."""
+    out = []
+    with torch.no_grad():
+        for i, (c, img) in enumerate(zip(cams, imgs)):
+            err = (model.render(c).double() - img) ** 2
+            if masks is not None:
+                if not masks[i].any():
+                    continue
+                err = err[torch.as_tensor(masks[i])]
+            out.append(-10 * math.log10(max(float(err.mean()), 1e-12)))
+    return float(np.mean(out)) if out else float("nan")
+
+
 def model_metrics(model, train_cams, train_imgs, test_cams, test_imgs, blind_masks, fields,
                   blind_pts, voxel=0.25, blind_band=1.0):
     """Test/train PSNR, gap, Leak, blind-region chamfer and blind-pixel PSNR of one model."""
-    def psnr(cams, imgs, masks=None):
-        out = []
-        with torch.no_grad():
-            for i, (c, img) in enumerate(zip(cams, imgs)):
-                err = (model.render(c).double() - img) ** 2
-                if masks is not None:
-                    if not masks[i].any():
-                        continue
-                    err = err[torch.as_tensor(masks[i])]
-                out.append(-10 * math.log10(max(float(err.mean()), 1e-12)))
-        return float(np.mean(out)) if out else float("nan")
-
     mu = model.t["mu"].detach().numpy().astype(float)
     op = torch.sigmoid(model.t["opacity"]).detach().numpy().astype(float)
     f = field_lookup(mu, fields, EXTENT, voxel)
@@ -293,13 +298,19 @@ def model_metrics(model, train_cams, train_imgs, test_cams, test_imgs, blind_mas
         chamfer = float(d.min(1).mean() + d.min(0).mean())
     else:
         chamfer = float(np.linalg.norm(hi - lo))
-    te, tr = psnr(test_cams, test_imgs), psnr(train_cams, train_imgs)
+    te, tr = view_psnr(model, test_cams, test_imgs), view_psnr(model, train_cams, train_imgs)
     return {"test_psnr": te, "train_psnr": tr, "gap": tr - te, "leak": leak,
-            "blind_chamfer": chamfer, "blind_psnr": psnr(test_cams, test_imgs, blind_masks),
+            "blind_chamfer": chamfer, "blind_psnr": view_psnr(model, test_cams, test_imgs, blind_masks),
             "n_final": len(model)}
 
 
 # ----------------------------------------------------------------------------- Config / run
+#: The hard prior's chamfer weights tried on the dev split (log-spaced; every one is a constraint).
+CHAMFER_GRID = (0.001, 0.003, 0.01, 0.03)
+DEV_VIEWS = 10  # dev cameras: the test views' distribution, their own random stream
+DEV_SEEDS = 2  # training seeds per grid point, offset 500 (never an evaluation training seed)
+
+
 @dataclass(frozen=True)
 class Config:
     """Registry parameters of the chapter plus ``seed``."""
@@ -310,7 +321,7 @@ class Config:
     iterations: int = 200
     n_test_views: int = 20
     relax_lr: float = 0.005
-    chamfer_weight: float = 1.0
+    chamfer_grid: tuple = CHAMFER_GRID
     settings: tuple = SETTINGS
 
     def __post_init__(self):
@@ -321,10 +332,25 @@ class Config:
         require_int("iterations", self.iterations, 10, 100_000)
         require_int("n_test_views", self.n_test_views, 1, 200)
         require_number("relax_lr", self.relax_lr, 0.0, 10.0)
-        require_number("chamfer_weight", self.chamfer_weight, 0.0, 100.0)
+        object.__setattr__(self, "chamfer_grid", tuple(float(w) for w in self.chamfer_grid))
+        if not self.chamfer_grid:
+            raise ValueError("chamfer_grid must hold at least one weight")
+        for w in self.chamfer_grid:
+            require_number("chamfer_grid item", w, 0.0, 100.0)
         object.__setattr__(self, "settings", tuple(self.settings))
         if not self.settings or any(s not in SETTINGS for s in self.settings):
             raise ValueError(f"settings must be a non-empty subset of {SETTINGS}, got {self.settings!r}")
+
+
+@dataclass
+class Trained:
+    """The trained models of every arm, setting and training seed, and the hard prior's tuning."""
+
+    config: Config
+    labels: np.ndarray
+    fields: dict
+    models: dict  # models[setting][arm] -> [Model per training seed]
+    tuning: dict  # tuning[setting] -> {"grid", "dev_psnr", "chosen"}
 
 
 @dataclass
@@ -333,18 +359,19 @@ class Result:
     labels: np.ndarray
     fields: dict
     metrics: dict  # metrics[setting][arm][metric] -> list over seeds
-    models: dict  # models[setting][arm] -> Model of the first seed (figures)
+    models: dict  # models[setting][arm] -> [Model per training seed]
+    tuning: dict
 
 
 def scene_setup(n_test_views, rng):
     """Labels, fields, OCC points, GT Gaussians, test cameras/images and blind masks."""
     labels = lidar_labels()
-    fields = distance_fields(labels)
+    return labels, distance_fields(labels), occ_points(labels), gt_gaussians(), test_cameras(n_test_views, rng)
+
+
+def occ_points(labels, voxel=0.25):
     ix, iy = np.nonzero(labels == 0)
-    occ_pts = np.stack([EXTENT[0] + (ix + 0.5) * 0.25, EXTENT[2] + (iy + 0.5) * 0.25], 1)
-    gt = gt_gaussians()
-    test_cams = test_cameras(n_test_views, rng)
-    return labels, fields, occ_pts, gt, test_cams
+    return np.stack([EXTENT[0] + (ix + 0.5) * voxel, EXTENT[2] + (iy + 0.5) * voxel], 1)
 
 
 def render_gt(gt, cams):
@@ -353,34 +380,95 @@ def render_gt(gt, cams):
         return [render_flatland(mu, ls, ang, col, op, c[0], c[1], background=BACKGROUND) for c in cams]
 
 
-def run(config: Config) -> Result:
-    """Train the five arms in each setting at ``n_seeds`` training seeds and score them."""
-    rng = np.random.default_rng(config.seed)
-    labels, fields, occ_pts, gt, test_cams = scene_setup(config.n_test_views, rng)
-    test_imgs = render_gt(gt, test_cams)
-    masks = [blind_pixel_mask(c) for c in test_cams]
-    blind_pts = gt[0].numpy()[gt[5]]
-    tp = TrainParams(n_gaussians=config.n_gaussians, iterations=config.iterations,
-                     relax_lr=config.relax_lr, chamfer_weight=config.chamfer_weight,
-                     densify_every=max(config.iterations // 10, 1), relax_every=max(config.iterations // 10, 1),
-                     relax_len=max(config.iterations // 50, 1), prune_every=max(config.iterations // 5, 1))
-    ep = EnergyParams()
-    metrics, models = {}, {}
+def train_params(config: Config, chamfer_weight: float) -> TrainParams:
+    """The schedule of every arm at ``config``'s size (relax, densify and prune rescaled to the run)."""
+    it = config.iterations
+    return TrainParams(n_gaussians=config.n_gaussians, iterations=it, relax_lr=config.relax_lr,
+                       chamfer_weight=float(chamfer_weight), densify_every=max(it // 10, 1),
+                       relax_every=max(it // 10, 1), relax_len=max(it // 50, 1), prune_every=max(it // 5, 1))
+
+
+def training_seed(config: Config, k: int) -> int:
+    return 1000 * config.seed + k
+
+
+def dev_cameras(n, seed):
+    """Dev views for tuning: drawn like the test views, from a stream of their own (never a test draw)."""
+    return test_cameras(n, np.random.default_rng([int(seed), 0xDE5]))
+
+
+def tune_hard_prior(config: Config, fields, occ_pts, gt):
+    """Pick the hard prior's chamfer weight per setting on a dev split, before any test view is seen.
+
+    For each weight of ``config.chamfer_grid``: train the hard prior at ``DEV_SEEDS`` training seeds
+    (1000 seed + 500 + j: never an evaluation seed) and score the mean PSNR on ``DEV_VIEWS`` dev
+    views (``dev_cameras``: not the test views). The weight with the highest mean dev PSNR is used."""
+    dev_cams = dev_cameras(DEV_VIEWS, config.seed)
+    dev_imgs = render_gt(gt, dev_cams)
+    out = {}
     for setting in config.settings:
-        metrics[setting] = {a: {} for a in ARMS}
-        models[setting] = {}
+        scores = []
+        for w in config.chamfer_grid:
+            tp = train_params(config, w)
+            vals = []
+            for j in range(DEV_SEEDS):
+                seed = 1000 * config.seed + 500 + j
+                cams = cameras(setting, np.random.default_rng(seed))
+                m = train_arm("hard_prior", cams, render_gt(gt, cams), fields, occ_pts, tp, EnergyParams(), seed)
+                vals.append(view_psnr(m, dev_cams, dev_imgs))
+            scores.append(float(np.mean(vals)))
+        out[setting] = {"grid": list(config.chamfer_grid), "dev_psnr": scores,
+                        "chosen": float(config.chamfer_grid[int(np.argmax(scores))])}
+    return out
+
+
+def train_models(config: Config) -> Trained:
+    """Tune the hard prior on the dev split, then train the five arms in each setting at ``n_seeds``
+    training seeds (the hard prior with its tuned weight, the others with the code's defaults)."""
+    labels = lidar_labels()
+    fields = distance_fields(labels)
+    occ = occ_points(labels)
+    gt = gt_gaussians()
+    tuning = tune_hard_prior(config, fields, occ, gt)
+    ep = EnergyParams()
+    models = {}
+    for setting in config.settings:
+        models[setting] = {a: [] for a in ARMS}
+        tp = train_params(config, tuning[setting]["chosen"])
         for k in range(config.n_seeds):
-            seed = 1000 * config.seed + k
+            seed = training_seed(config, k)
             cams = cameras(setting, np.random.default_rng(seed))
             imgs = render_gt(gt, cams)
             for arm in ARMS:
-                m = train_arm(arm, cams, imgs, fields, occ_pts, tp, ep, seed)
-                for key, val in model_metrics(m, cams, imgs, test_cams, test_imgs, masks, fields,
-                                              blind_pts).items():
+                models[setting][arm].append(train_arm(arm, cams, imgs, fields, occ, tp, ep, seed))
+    return Trained(config, labels, fields, models, tuning)
+
+
+def evaluate(trained: Trained, test_seed: int, n_test_views: int) -> dict:
+    """metrics[setting][arm][metric] -> list over training seeds, on ``n_test_views`` test views
+    drawn from ``test_seed`` (the chapter's seed: a seed sweep redraws the test views)."""
+    gt = gt_gaussians()
+    test_cams = test_cameras(n_test_views, np.random.default_rng(test_seed))
+    test_imgs = render_gt(gt, test_cams)
+    masks = [blind_pixel_mask(c) for c in test_cams]
+    blind_pts = gt[0].numpy()[gt[5]]
+    metrics = {}
+    for setting, arms in trained.models.items():
+        metrics[setting] = {a: {} for a in arms}
+        for k in range(len(arms[ARMS[0]])):
+            cams = cameras(setting, np.random.default_rng(training_seed(trained.config, k)))
+            imgs = render_gt(gt, cams)
+            for arm, ms in arms.items():
+                for key, val in model_metrics(ms[k], cams, imgs, test_cams, test_imgs, masks,
+                                              trained.fields, blind_pts).items():
                     metrics[setting][arm].setdefault(key, []).append(val)
-                if k == 0:
-                    models[setting][arm] = m
-    return Result(config, labels, fields, metrics, models)
+    return metrics
+
+
+def run(config: Config) -> Result:
+    """Tune, train and score (test views from ``config.seed``)."""
+    t = train_models(config)
+    return Result(config, t.labels, t.fields, evaluate(t, config.seed, config.n_test_views), t.models, t.tuning)
 
 
 def paired(metrics, setting, arm_a, arm_b, key, scale_b=1.0, level=0.95):
@@ -404,133 +492,34 @@ def asset_config(scale: str, seed: int) -> Config:
 
 
 def build_asset(out_dir, scale: str, seed: int) -> None:
-    """Train every arm x setting x training seed (``run``) and save metrics, labels and the first
-    seed's Gaussians into ``out_dir``."""
+    """Tune the hard prior and train every arm x setting x training seed (``train_models``); save the
+    configuration, the tuning record, the labels and every model's Gaussians into ``out_dir``."""
     import json
     from pathlib import Path
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    res = run(asset_config(scale, seed))
-    cfg = asdict(res.config)
+    t = train_models(asset_config(scale, seed))
+    cfg = asdict(t.config)
     cfg["settings"] = list(cfg["settings"])
-    (out / "metrics.json").write_text(json.dumps({"config": cfg, "metrics": res.metrics}, indent=1, sort_keys=True) + "\n")
-    torch.save(torch.from_numpy(np.ascontiguousarray(res.labels)), out / "labels.pt")  # a trained asset, not a dataset
-    torch.save({s: {a: {k: v.detach() for k, v in m.t.items()} for a, m in d.items()} for s, d in res.models.items()},
-               out / "models.pt")
+    cfg["chamfer_grid"] = list(cfg["chamfer_grid"])
+    (out / "metrics.json").write_text(json.dumps({"config": cfg, "tuning": t.tuning}, indent=1, sort_keys=True) + "\n")
+    torch.save(torch.from_numpy(np.ascontiguousarray(t.labels)), out / "labels.pt")  # a trained asset, not a dataset
+    torch.save({s: {a: [{k: v.detach() for k, v in m.t.items()} for m in ms] for a, ms in d.items()}
+                for s, d in t.models.items()}, out / "models.pt")
 
 
-def load_asset(path) -> Result:
-    """The ``Result`` saved by ``build_asset`` (fields recomputed from the saved labels)."""
+def load_asset(path) -> Trained:
+    """The ``Trained`` set saved by ``build_asset`` (fields recomputed from the saved labels)."""
     import json
     from pathlib import Path
     path = Path(path)
     meta = json.loads((path / "metrics.json").read_text())
     labels = torch.load(path / "labels.pt", weights_only=True).numpy()
     raw = torch.load(path / "models.pt", weights_only=True)
-    models = {s: {a: Model(t["mu"], t["log_scale"], t["angle"], t["color"], t["opacity"]) for a, t in d.items()}
-              for s, d in raw.items()}
-    return Result(Config(**meta["config"]), labels, distance_fields(labels), meta["metrics"], models)
-
-
-# ----------------------------------------------------------------------------- theory checks
-ROOM_SEGMENTS = np.array([[1, 1, 15, 1], [15, 1, 15, 15], [15, 15, 1, 15], [1, 15, 1, 1], [10, 6, 10, 10]], float)
-ROOM_EXTENT = (0.0, 16.0, 0.0, 16.0)
-
-
-def room_labels():
-    """A closed room with a wall inside, seen by one 360-degree LiDAR: a scene with deep FREE
-    (the chapter's street scene has max d_trust 0.75 m in FREE, below s0 = 1.6 m)."""
-    return region_grid_from_rays([[5, 8]], ROOM_SEGMENTS, ROOM_EXTENT, voxel=0.25, n_rays=720)
-
-
-def claim2_check(labels, p: EnergyParams = EnergyParams(), tol=0.05):
-    """Fraction of deep-FREE unit-gradient voxels with <grad E, grad d_trust> >= lam m0 - B - tol,
-    the count of such voxels, the void (zero-gradient) fraction, and the margin."""
-    from . import deep_free_constants, energy_grad_terms
-    f = distance_fields(labels)
-    s0, m0, B, margin = deep_free_constants(delta=p.delta, tau=p.tau, lam=p.lam,
-                                            w=(p.w_occ, p.w_unk), sigma=(p.sigma_occ, p.sigma_unk))
-    g = energy_grad_terms(f["d_occ"], f["d_unk"], f["d_trust"], f["free"], f["g_d_occ"], f["g_d_unk"], f["g_d_trust"], p)
-    deep = f["free"] & (f["d_trust"] >= s0)
-    unit = np.abs(np.linalg.norm(f["g_d_trust"], axis=-1) - 1) < 1e-9
-    proj = (g * f["g_d_trust"]).sum(-1)
-    ok = deep & unit
-    # the criterion is that of the default barrier (margin of lam = 2), whatever p.lam is
-    margin_default = deep_free_constants()[3]
-    frac = float((proj[ok] >= margin_default - tol).mean()) if ok.any() else float("nan")
-    return {"fraction": frac, "voxels": int(ok.sum()), "void_fraction": float((deep & ~unit).sum() / max(deep.sum(), 1)),
-            "margin": margin_default}
-
-
-def relax_trace(labels, n_points=400, lr=1e3, seed=0, p: EnergyParams = EnergyParams()):
-    """Clipped relax (0.5 voxel) of uniform points in the room: deep-FREE counts and mean energy per step,
-    run for ceil(max d_trust / 0.5 voxel) + 5 steps; also the number of steps where E rose."""
-    from . import deep_free_constants, energy_terms
-    vox = 0.25
-    f = distance_fields(labels)
-    s0 = deep_free_constants()[0]
-    x = np.random.default_rng(seed).uniform(1.2, 14.8, (n_points, 2))
-    steps = int(np.ceil(f["d_trust"][f["free"]].max() / (0.5 * vox))) + 5
-    counts, energy = [], []
-    for k in range(steps + 1):
-        v = field_lookup(x, f, ROOM_EXTENT, vox)
-        counts.append(int((v["free"] & (v["d_trust"] >= s0)).sum()))
-        energy.append(float(energy_terms(v["d_occ"], v["d_unk"], v["d_trust"], v["free"], p).mean()))
-        if k < steps:
-            x = relax_step(x, energy_grad_at(x, f, ROOM_EXTENT, vox, p), lr, 0.5 * vox)
-    return {"counts": counts, "energy": energy, "steps": steps,
-            "non_increasing": all(b <= a for a, b in zip(counts, counts[1:])),
-            "energy_rises": int(sum(b > a + 1e-12 for a, b in zip(energy, energy[1:])))}
-
-
-def prop1_smooth(eta_factor=1.0, clouds=50, steps=60, seed=1, p: EnergyParams = EnergyParams()):
-    """Largest per-point E_{k+1} - E_k of gradient steps eta = eta_factor / L on the smooth field
-    E(x) = h(3 - |x|) (OCC circle of radius 3, FREE indicator smoothed to 1), L a numeric bound on
-    the Hessian (max of |h''| and |h'|/r_min, x1.05)."""
-    from . import energy_grad_terms, energy_terms
-    h = lambda d: energy_terms(d, np.full_like(d, 1e3), d, np.ones_like(d), p)
-    dd = np.linspace(-4, 2.8, 200001)
-    hp = np.gradient(h(dd), dd)
-    hpp = np.gradient(hp, dd)
-    r_min = 0.2
-    L = 1.05 * max(np.abs(hpp).max(), np.abs(hp).max() / r_min)
-    eta = eta_factor / L
-    rng = np.random.default_rng(seed)
-    worst = -np.inf
-    for _ in range(clouds):
-        r, th = rng.uniform(r_min, 2.8, 30), rng.uniform(0, 2 * np.pi, 30)
-        x = np.stack([r * np.cos(th), r * np.sin(th)], -1)
-        E = h(3 - np.linalg.norm(x, axis=-1))
-        for _ in range(steps):
-            n = np.linalg.norm(x, axis=-1)
-            d = 3 - n
-            g = energy_grad_terms(d, np.full_like(d, 1e3), d, np.ones_like(d), -x / n[:, None],
-                                  np.zeros_like(x), -x / n[:, None], p)
-            x = x - eta * g
-            E_new = h(3 - np.linalg.norm(x, axis=-1))
-            worst = max(worst, float((E_new - E).max()))
-            E = E_new
-    return {"worst_rise": worst, "L": float(L), "eta": float(eta)}
-
-
-def renderer_checks(seed=1):
-    """Max |fast - reference| of the renderer (25 Gaussians, 32 px) and gradcheck's verdict (4 Gaussians)."""
-    from . import render_flatland_reference
-    g = torch.Generator().manual_seed(seed)
-    dt = torch.float64
-
-    def gauss(n):
-        return (torch.rand(n, 2, generator=g, dtype=dt) * 4 + torch.tensor([1.0, -2.0], dtype=dt),
-                torch.rand(n, 2, generator=g, dtype=dt) * 1.5 - 2.5, torch.rand(n, generator=g, dtype=dt) * math.pi,
-                torch.rand(n, 3, generator=g, dtype=dt), torch.randn(n, generator=g, dtype=dt))
-    a = gauss(25)
-    fast = render_flatland(*a, cam_pos=(0.0, 0.0), cam_angle=0.1, n_px=32, background=0.2)
-    ref = render_flatland_reference(*a, cam_pos=(0.0, 0.0), cam_angle=0.1, n_px=32, background=0.2)
-    b = [t.requires_grad_(True) for t in gauss(4)]
-    ok = torch.autograd.gradcheck(lambda *z: render_flatland(*z, cam_pos=(0.0, 0.0), cam_angle=0.0, n_px=8),
-                                  tuple(b), eps=1e-6, atol=1e-5, raise_exception=False)
-    return {"max_abs_diff": float(np.abs(fast.numpy() - ref).max()), "gradcheck": bool(ok)}
+    models = {s: {a: [Model(t["mu"], t["log_scale"], t["angle"], t["color"], t["opacity"]) for t in ts]
+                  for a, ts in d.items()} for s, d in raw.items()}
+    return Trained(Config(**meta["config"]), labels, distance_fields(labels), models, meta["tuning"])
 
 
 def headline(metrics, settings=SETTINGS):
