@@ -168,6 +168,31 @@ def test_every_method_starts_at_the_frozen_backbone_or_trains():
     assert torch.equal(logits("linear"), base)
 
 
+def test_linear_probe_is_fitted_to_convergence_and_standardises_like_at_test():
+    from compendium.papers.top_adapter import Tuned, budget_ranks, finetune
+    bb = _tiny_backbone()
+    data = _tiny_data(bb, n_per_class=3)
+    ranks = budget_ranks(16, 2, data["tau"].shape[-1])
+    model, info = finetune(bb, "linear", data, 10, ranks, steps=1, batch=4, lr=1e-3, seed=0)
+    # the penalised logistic objective is at its minimum: the gradient vanishes
+    assert info["grad_norm"] < 1e-4, info
+    bn = model.head[0]
+    with torch.no_grad():
+        feats = model.backbone.encode(data["tokens"], data["centers"])
+    assert torch.allclose(bn.running_mean, feats.mean(0), atol=1e-6) and not bn.training
+    # and it is well below the objective at the initial head
+    with torch.no_grad():
+        z = bn(feats)
+    obj = lambda lin: float(torch.nn.functional.cross_entropy(lin(z), data["y"]) + 0.5 * lin.weight.pow(2).sum() / 30)
+    from compendium.training import seeded_init
+    with seeded_init(0):
+        fresh = Tuned(bb, "linear", 10, data["tau"].shape[-1], ranks)
+    assert obj(model.head[1]) < obj(fresh.head[1]) - 0.5
+    # and the fitted model predicts from the standardised features (training accuracy above chance)
+    from compendium.papers.top_adapter.methods import accuracy
+    assert accuracy(model, data).mean() > 0.3
+
+
 def test_config_checks_and_tiny_run(tmp_path):
     from compendium.papers.top_adapter import Config, run
     from compendium.papers.top_adapter import experiment
@@ -189,7 +214,9 @@ def test_config_checks_and_tiny_run(tmp_path):
     res = run(Config(scales=(4, 8, 12), shots=2, dev_per_class=1, test_per_class=2, replicates=2, steps=2, batch=8,
                      lr_grid=(1e-3, 1e-2)), tmp_path)
     m = res.metrics
-    assert set(res.accuracy) == set(experiment.METHODS) | {"top_permuted"}
+    assert set(res.accuracy) == set(experiment.METHODS) | {"top_permuted", "linear_random_init"}
+    assert np.isnan(res.lr["linear"]) and res.trainable["linear_random_init"] == res.trainable["linear"]
+    assert abs(m["vs_random_init"].point - (res.accuracy["linear"] - res.accuracy["linear_random_init"]).mean()) < 1e-9
     assert all(v.shape == (2,) and ((0 <= v) & (v <= 100)).all() for v in res.accuracy.values())
     assert res.best_peft in experiment.PEFT and res.lr["top"] in (1e-3, 1e-2)
     assert res.identity_gap < 1e-6 and res.tau_gap < 1e-5 and res.knn_gap < 1e-9

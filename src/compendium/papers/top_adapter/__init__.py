@@ -1,6 +1,5 @@
 """TopAdapter (ICML 2026, seed ``002_d926b147087f7228.txt``, abstract 16): topological primitives
-injected into a frozen point-cloud transformer. WORK IN PROGRESS (chapter status: planned): the
-library, the backbone asset and ``run`` have landed; the notebook is a draft.
+injected into a frozen point-cloud transformer. Notebook: ``notebooks/vision/top_adapter.md``.
 
 No paper text or code was available: everything here is inferred from the abstract, and the
 chapter tests "topological primitives in a frozen transformer", not the authors' generator.
@@ -10,12 +9,14 @@ Parts: ``points`` (trimesh-sampled TopoShapes, FPS, kNN grouping, simplex featur
 ``backbone`` (mini-PointNet tokens + 4 pre-LN blocks, masked-group Chamfer pretraining on
 superquadrics), ``methods`` (linear probe, bottleneck adapter, LoRA through ``peft``, VPT-deep,
 full fine-tuning, features-only MLP, TopAdapter and its ablations at matched trainable budgets),
-``experiment`` (``build_asset``, ``Config``, ``run``). peft provides LoRA; everything else is ours
+``experiment`` (``build_asset``, ``Config``, ``run``, with the tau-permuted and random-init-backbone
+controls). The linear probe is fitted to convergence (L-BFGS, logistic penalty C = 1) on the
+standardised frozen features. peft provides LoRA; everything else is ours
 because no library implements these point-cloud pieces offline (torch_geometric's fps/knn need
 torch-cluster, which is not installed).
 
-Small-scale deviations: D = 96, 4 layers, 256 points and 16 groups at smoke (512 / 32 at full);
-pretraining on superquadrics, not ShapeNet; no IDPT-like baseline; no full-data run.
+Small-scale deviations: D = 96, 4 layers, 16 groups of 16 points; 256 points per cloud at smoke,
+512 at full; pretraining on superquadrics, not ShapeNet; no IDPT-like baseline; no full-data run.
 """
 
 from .adapter import GeometricController, TopoTransfer

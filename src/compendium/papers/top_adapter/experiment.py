@@ -3,10 +3,13 @@
 The asset (``build_asset``) pretrains one ``PointBackbone`` on superquadrics by masked-group Chamfer
 reconstruction (sizes fixed per scale here). ``run`` draws a fixed test and dev set of TopoShapes
 and, per replicate (seed r = a fresh few-shot training draw and fresh initialisations), fine-tunes
-every method of ``methods.METHODS`` plus the control ``top_permuted`` (TopAdapter trained and
-tested with tau permuted across clouds, so tau no longer belongs to its cloud). The learning rate
-of each method is chosen from ``lr_grid`` by dev accuracy at replicate 0, the same way for every
-method; the best PEFT baseline is the one with the highest mean dev accuracy. Every interval is a
+every method of ``methods.METHODS`` plus two controls: ``top_permuted`` (TopAdapter trained and
+tested with tau permuted across clouds, so tau no longer belongs to its cloud) and
+``linear_random_init`` (the converged linear probe on the same architecture at the weights the
+pretraining started from: what the pretraining adds). The learning rate of each AdamW method is
+chosen from ``lr_grid`` by dev accuracy at replicate 0, the same way for every method (the probes
+are fitted to convergence by L-BFGS and have none); the best PEFT baseline is the one with the
+highest mean dev accuracy. Every interval is a
 paired t interval over replicates (``compendium.stats.paired_difference``, 90 %, i.e. one-sided
 p < 0.05 when it excludes 0).
 """
@@ -21,6 +24,7 @@ import numpy as np
 import torch
 
 from compendium import stats
+from compendium.training import seeded_init
 from compendium.validation import require_int, require_number
 
 from .backbone import PointBackbone, pretrain
@@ -66,8 +70,8 @@ class Config:
     dev_per_class: int = 10
     test_per_class: int = 20
     replicates: int = 3
-    steps: int = 40
-    batch: int = 16
+    steps: int = 25
+    batch: int = 12
     lr_grid: tuple = (0.003,)
     min_effect: float = 3.0
     ft_margin: float = 2.0
@@ -104,6 +108,14 @@ def make_split(per_class: int, rng: np.random.Generator, backbone: PointBackbone
     with torch.no_grad():
         tokens = backbone.tokenize(neigh)
     return {"tokens": tokens, "centers": centers, "tau": tau, "neigh": neigh, "y": torch.tensor(ys), "points": pts}
+
+
+def retokenize(data: dict, backbone: PointBackbone) -> dict:
+    """The same split with its tokens from another (frozen) backbone's tokenizer."""
+    out = dict(data)
+    with torch.no_grad():
+        out["tokens"] = torch.cat([backbone.tokenize(data["neigh"][i:i + 256]) for i in range(0, len(data["y"]), 256)])
+    return out
 
 
 def permute_tau(data: dict, rng: np.random.Generator) -> dict:
@@ -183,32 +195,44 @@ def run(config: Config, asset_path: str | Path) -> Result:
               for r in range(config.replicates)]
     f = test["tau"].shape[-1]
     ranks = budget_ranks(backbone.d, backbone.depth, f)
-    methods = METHODS + ("top_permuted",)
+    methods = METHODS + ("top_permuted", "linear_random_init")
     perm_rng = np.random.default_rng(base + 3)
+    with seeded_init(int(meta["seed"])):            # the weights the asset's pretraining started from
+        random_bb = PointBackbone(s["d"], s["depth"]).eval()
+    random_splits = {}
 
     def train_eval(method, r, lr):
         tr, te, dv = trains[r], test, dev
-        name = method
+        name, bb = method, backbone
         if method == "top_permuted":
             name = "top"
             tr, te, dv = (permute_tau(x, perm_rng) for x in (tr, te, dv))
-        model, info = finetune(backbone, name, tr, len(SHAPES), ranks, steps=config.steps, batch=config.batch,
+        elif method == "linear_random_init":
+            name, bb = "linear", random_bb
+            for key, x in (("test", te), ("dev", dv), (r, tr)):
+                if key not in random_splits:
+                    random_splits[key] = retokenize(x, random_bb)
+            tr, te, dv = random_splits[r], random_splits["test"], random_splits["dev"]
+        model, info = finetune(bb, name, tr, len(SHAPES), ranks, steps=config.steps, batch=config.batch,
                                lr=lr, seed=base + 100 * r + methods.index(method))
         return accuracy(model, te), accuracy(model, dv), info
 
-    lr = {}
+    lr, first = {}, {}                              # first: the replicate-0 run at the chosen rate, reused
     for m in methods:
-        if len(config.lr_grid) == 1:
+        if m.startswith("linear"):
+            lr[m] = float("nan")                    # fitted by L-BFGS: no learning rate to choose
+        elif len(config.lr_grid) == 1:
             lr[m] = config.lr_grid[0]
         else:
-            devs = [train_eval(m, 0, x)[1].mean() for x in config.lr_grid]
-            lr[m] = config.lr_grid[int(np.argmax(devs))]
+            runs = [train_eval(m, 0, x) for x in config.lr_grid]
+            best_i = int(np.argmax([out[1].mean() for out in runs]))
+            lr[m], first[m] = config.lr_grid[best_i], runs[best_i]
     acc, dev_acc, cls_acc, n_train = {}, {}, {}, {}
     y = test["y"].numpy()
     for m in methods:
         rows, drows, crows = [], [], []
         for r in range(config.replicates):
-            correct, dcorrect, info = train_eval(m, r, lr[m])
+            correct, dcorrect, info = first[m] if (r == 0 and m in first) else train_eval(m, r, lr[m])
             rows.append(100 * correct.mean())
             drows.append(100 * dcorrect.mean())
             crows.append([100 * correct[y == c].mean() for c in range(len(SHAPES))])
@@ -239,6 +263,9 @@ def summarize(res: Result) -> dict:
         "permuted_gain": pd(a["top_permuted"], a[res.best_peft]),
         "headroom": stats.mean_interval(a["full"], unit=unit, level=0.90),
         "probe": stats.mean_interval(a["linear"], unit=unit, level=0.90),
+        "probe_dev": stats.mean_interval(res.dev_accuracy["linear"], unit=unit, level=0.90),
+        "probe_random": stats.mean_interval(a["linear_random_init"], unit=unit, level=0.90),
+        "vs_random_init": pd(a["linear"], a["linear_random_init"]),
         "ablations": {k: pd(a["top"], a[k]) for k in ("top_no_transfer", "top_no_controller", "top_single_scale")},
         "budget_gap": max(abs((res.trainable[k] - res.trainable["linear"]) - target) / target for k in ("adapter", "lora", "vpt")),
         "top_fraction": 100 * (res.trainable["top"] - res.trainable["linear"]) / res.backbone_parameters,
