@@ -85,7 +85,8 @@ def test_ready_chapter_without_notebook(tmp_path):
         # that has no notebook, so the check is still exercised
         c = next((c for c in raw["chapters"] if c["status"] == "planned"), None)
         if c is None:
-            c = dict(_hippo(raw), slug="chapter_without_notebook")
+            free = 1 + max(e["abstract"] for e in raw["chapters"])      # (seed file, abstract) must be new
+            c = dict(_hippo(raw), slug="chapter_without_notebook", abstract=free)
             raw["chapters"].append(c)
         c["status"] = "ready"
     with pytest.raises(RegistryError, match="ready but its notebook is missing"):
