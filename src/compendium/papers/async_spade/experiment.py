@@ -26,7 +26,7 @@ ACCURACY_METHODS = ("full", "ridge", "last", "quest")
 class Config:
     """Parameters of the chapter (names as in the registry)."""
 
-    model_seeds: int = 8
+    model_seeds: int = 5
     eval_sequences: int = 8
     budgets: tuple = (64, 128)
     accuracy_budget: int = 64
