@@ -184,6 +184,7 @@ def test_asset_sizes_follow_the_power_analysis():
         paper.Config(model_seeds=1)  # an interval over models needs two at least
 
 
+@pytest.mark.slow  # trains one smoke-scale decoder (about 20 s of CPU)
 def test_training_learns_the_lookup():
     """The smoke recipe learns the long-range lookup (the first version stayed at chance), and the
     first phase stops as soon as the held-out check passes."""
