@@ -311,3 +311,42 @@ def add_to_notebook(raw: bytes, slug: str, data: dict | None) -> bytes:
                and "".join(c["source"]).lstrip().startswith("## Limits")), len(nb["cells"]))
     nb["cells"].insert(at, cell)
     return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# ------------------------------------------------------------------ verdicts across scales
+def _point(measured):
+    if isinstance(measured, dict):
+        return measured.get("point")
+    return getattr(measured, "point", measured)
+
+
+def scale_differences(rows: dict, other_claims: str | Path) -> list | None:
+    """Ledger rows whose verdict differs from another run's ``claims.json`` (``None`` if absent).
+
+    ``rows``: ``{id: (verdict, measured)}`` of this run (for example the other scale's run of the
+    same chapter); returns ``[(id, verdict here, verdict there, point here, point there)]`` in
+    ``rows`` order, not_checkable rows and ids missing there skipped. A chapter's Limits glue
+    :func:`describe_differences` of it, so what they say about the scales stays true at any run."""
+    path = Path(other_claims)
+    if not path.is_file():
+        return None
+    other = {c["id"]: c for c in json.loads(path.read_text())["claims"]}
+    out = []
+    for cid, (verdict, measured) in rows.items():
+        o = other.get(cid)
+        if o is None or verdict == "not_checkable" or o["verdict"] == verdict:
+            continue
+        out.append((cid, verdict, o["verdict"], _point(measured), _point(o.get("measured"))))
+    return out
+
+
+def describe_differences(diffs: list | None, here: str, there: str) -> str:
+    """One sentence for a chapter's Limits, computed from :func:`scale_differences`."""
+    def num(v):
+        return "n/a" if v is None or isinstance(v, bool) else f"{float(v):.3g}"
+    if diffs is None:
+        return f"no {there}-scale run of this chapter is in this results folder, so no comparison is made"
+    if not diffs:
+        return f"every ledger row has the same verdict at {here} and {there} scale"
+    parts = [f"{cid} ({here}: {a}, {num(pa)}; {there}: {b}, {num(pb)})" for cid, a, b, pa, pb in diffs]
+    return f"{len(diffs)} rows differ between {here} and {there} scale: " + "; ".join(parts)

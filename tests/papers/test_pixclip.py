@@ -6,6 +6,7 @@ import torch
 
 from compendium.losses import info_nce, info_nce_from_logits
 from compendium.papers import pixclip as paper
+from compendium.stability import describe_differences, scale_differences
 from compendium.training import seeded_init
 
 
@@ -154,10 +155,10 @@ def test_l3_choice_rule_and_scale_differences(tmp_path, monkeypatch):
     assert paper.choose_l3_form({"distill": None, "global": None}, dev, 0)["chosen"] == "distill"   # tie -> distill
     scores = iter([40.0, 41.0])
     assert paper.choose_l3_form({"distill": None, "global": None}, dev, 0)["chosen"] == "global"
-    assert paper.scale_differences({"a": ("pass", 1.0)}, tmp_path / "none.json") is None
+    assert scale_differences({"a": ("pass", 1.0)}, tmp_path / "none.json") is None
     (tmp_path / "c.json").write_text('{"claims": [{"id": "a", "verdict": "fail", "measured": {"point": 0.5}}, '
                                      '{"id": "b", "verdict": "pass", "measured": 2}]}')
-    diffs = paper.scale_differences({"a": ("pass", 1.0), "b": ("pass", 3.0)}, tmp_path / "c.json")
+    diffs = scale_differences({"a": ("pass", 1.0), "b": ("pass", 3.0)}, tmp_path / "c.json")
     assert diffs == [("a", "pass", "fail", 1.0, 0.5)]
-    assert "a (smoke: pass, 1; full: fail, 0.5)" in paper.describe_differences(diffs, "smoke", "full")
-    assert "same verdict" in paper.describe_differences([], "smoke", "full")
+    assert "a (smoke: pass, 1; full: fail, 0.5)" in describe_differences(diffs, "smoke", "full")
+    assert "same verdict" in describe_differences([], "smoke", "full")

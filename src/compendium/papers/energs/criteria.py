@@ -6,6 +6,7 @@ Kept out of ``experiment`` so that the asset builder does not import the ledger'
 from __future__ import annotations
 
 from compendium.claims import at_least, at_most
+from compendium.stability import describe_differences, scale_differences  # noqa: F401 (used by the notebook)
 
 #: row -> (key of ``experiment.headline``'s per-setting dict, criterion); fixed by the issue.
 ROWS = {
@@ -52,39 +53,3 @@ def training_seed_sweep(asset_seeds, scale="smoke", test_seed=0, work_dir=None):
     return out
 
 
-def _point(measured):
-    if isinstance(measured, dict):
-        return measured.get("point")
-    return getattr(measured, "point", measured)
-
-
-def scale_differences(rows, other_claims_path):
-    """Rows whose verdict differs from the other scale's ``claims.json`` (None if it was not run).
-
-    ``rows``: {id: (verdict, measured)} of this run; returns [(id, verdict here, verdict there,
-    point here, point there)] in ``rows`` order, not_checkable rows and ids missing there skipped."""
-    import json
-    from pathlib import Path
-    path = Path(other_claims_path)
-    if not path.is_file():
-        return None
-    other = {c["id"]: c for c in json.loads(path.read_text())["claims"]}
-    out = []
-    for cid, (verdict, measured) in rows.items():
-        o = other.get(cid)
-        if o is None or verdict == "not_checkable" or o["verdict"] == verdict:
-            continue
-        out.append((cid, verdict, o["verdict"], _point(measured), _point(o.get("measured"))))
-    return out
-
-
-def describe_differences(diffs, here, there):
-    """One sentence for the notebook's Limits (computed, so it stays true at any run)."""
-    def num(v):
-        return "n/a" if v is None or isinstance(v, bool) else f"{float(v):.3g}"
-    if diffs is None:
-        return f"no {there}-scale run of this chapter is in this results folder, so no comparison is made"
-    if not diffs:
-        return f"every ledger row has the same verdict at {here} and {there} scale"
-    parts = [f"{cid} ({here}: {a}, {num(pa)}; {there}: {b}, {num(pb)})" for cid, a, b, pa, pb in diffs]
-    return f"{len(diffs)} rows differ between {here} and {there} scale: " + "; ".join(parts)

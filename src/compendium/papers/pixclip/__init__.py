@@ -31,8 +31,7 @@ Small-scale deviations
 """
 
 from .experiment import (ASSET_NAME, DEV_SCENES, SETTINGS, TRAIN_SEEDS, VARIANT_SEEDS, Config, Result, build_asset,
-                         choose_l3_form, describe_differences, load_choice, load_models, run, scale_differences,
-                         summarise)
+                         choose_l3_form, load_choice, load_models, run, summarise)
 from .model import (L3_FORMS, VARIANTS, AlphaViT, DualEncoder, TextEncoder, TrainSettings, branch_losses, crop_resize,
                     evaluate, make_batches, recall_at_1, resolve_form, scene_recall, eval_tokens, train_variant)
 from .scenes import (HELD_OUT, SHORT_TOKENS, Scenes, box_mask, global_tokens, make_scenes, mask_to_bbox, object_mask,

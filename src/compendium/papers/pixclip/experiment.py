@@ -169,37 +169,3 @@ def run(config: Config, models: dict[str, list]) -> Result:
     return Result(metrics=metrics, scenes=sc, stats=summarise(metrics))
 
 
-def _point(measured):
-    if isinstance(measured, dict):
-        return measured.get("point")
-    return getattr(measured, "point", measured)
-
-
-def scale_differences(rows: dict, other_claims: str | Path) -> list | None:
-    """Ledger rows whose verdict differs from another run's ``claims.json`` (``None`` if absent).
-
-    ``rows``: ``{id: (verdict, measured)}`` of this run; returns ``[(id, verdict here, verdict there,
-    point here, point there)]`` in ``rows`` order (not_checkable rows and ids missing there skipped).
-    """
-    path = Path(other_claims)
-    if not path.is_file():
-        return None
-    other = {c["id"]: c for c in json.loads(path.read_text())["claims"]}
-    out = []
-    for cid, (verdict, measured) in rows.items():
-        o = other.get(cid)
-        if o is None or verdict == "not_checkable" or o["verdict"] == verdict:
-            continue
-        out.append((cid, verdict, o["verdict"], _point(measured), _point(o.get("measured"))))
-    return out
-
-
-def describe_differences(diffs: list | None, here: str, there: str) -> str:
-    """One sentence for the Limits, computed from :func:`scale_differences` (true at any run)."""
-    num = lambda v: "n/a" if v is None or isinstance(v, bool) else f"{float(v):.3g}"
-    if diffs is None:
-        return f"no {there}-scale run of this chapter is in this results folder, so no comparison is made here"
-    if not diffs:
-        return f"every ledger row has the same verdict at {here} and at {there} scale"
-    parts = [f"{cid} ({here}: {a}, {num(pa)}; {there}: {b}, {num(pb)})" for cid, a, b, pa, pb in diffs]
-    return f"{len(diffs)} rows differ between {here} and {there} scale: " + "; ".join(parts)
