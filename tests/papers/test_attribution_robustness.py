@@ -270,3 +270,13 @@ def test_direction_words():
     assert paper.direction(Estimate(0.3, 0.1, 0.5)) == "positive"
     assert paper.direction(Estimate(-0.3, -0.5, -0.1)) == "negative"
     assert paper.direction(Estimate(0.1, -0.1, 0.3)) == "not distinguishable from zero"
+
+
+def test_scales_train_the_issue_grid_and_smoke_fewer_epochs():
+    full, smoke = paper.settings_for("full"), paper.settings_for("smoke")
+    # the issue's design at full scale; smoke differs in epochs only (the smoke asset's CPU budget)
+    assert (full.epochs, full.num_seeds, len(full.learning_rates), len(full.batch_sizes)) == (60, 5, 4, 3)
+    assert smoke.epochs < full.epochs and smoke.epochs == paper.models.SMOKE_EPOCHS
+    assert {k: v for k, v in vars(smoke).items() if k != "epochs"} == {k: v for k, v in vars(full).items() if k != "epochs"}
+    with pytest.raises(ValueError):
+        paper.settings_for("medium")
