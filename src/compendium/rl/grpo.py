@@ -37,7 +37,11 @@ What is ours
 All of it, in plain torch: trl's ``GRPOTrainer`` computes the same loss inside a trainer method
 that needs a language model and tokenizer, so a chapter with a small policy over a few actions
 cannot call it directly. ``tests/test_grpo.py`` checks our loss against the formulas above
-(autograd, masking, the policy-gradient limit) and against trl where trl is installed.
+(autograd, masking, the policy-gradient limit); ``tests/test_grpo_trl.py`` against trl 1.16's
+``GRPOTrainer._compute_loss`` on one shared batch of a config-built GPT-2 (loss and every gradient,
+``loss_type`` ``grpo`` = our ``sequence`` and ``bnpo`` = our ``token``). trl's default
+``use_bias_correction_kl=True`` also multiplies the KL term by the importance ratio, which this
+module does not do; with it off the two agree.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ Equations implemented
 What is ours and what is a library's
 -----------------------------------
 Optimiser, schedules and the training loop: torch and ``compendium.training.fit``; GRPO:
-``compendium.rl.grpo`` (ours, shared; trl's loss lives inside its LLM trainer and trl is not in
-the environment). Intervals: ``compendium.stats``. Symbolic checks: sympy. Data: sklearn's
+``compendium.rl.grpo`` (ours, shared; trl's loss lives inside its LLM trainer, which needs a
+language model and a tokenizer: ``tests/test_grpo_trl.py`` shows the shared loss and its gradients
+equal to trl's on one batch). Intervals: ``compendium.stats``. Symbolic checks: sympy. Data: sklearn's
 diabetes and statsmodels' randhie through ``compendium.data``. The reward, the policy, the
 ensemble trainer and the metrics are ours.
 

@@ -32,7 +32,8 @@ the grid selection on validation mazes, the ledger's statistics and implementati
 What is ours and what is a library's
 -----------------------------------
 GRPO advantages and loss: the library's ``compendium.rl.grpo`` (its tests compare it with the
-formulas; ``trl`` is not installed here, so the trl comparison is not run). Training loop:
+formulas, and ``tests/test_grpo_trl.py`` with trl's ``GRPOTrainer`` loss and gradients on one
+shared batch). Training loop:
 ``compendium.training.fit``; intervals: ``compendium.stats``; shortest-path reference:
 ``networkx``. Ours: the maze, the PI, the policy, the π-Distill/OPSD terms and the baselines.
 
