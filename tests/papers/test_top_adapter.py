@@ -126,7 +126,7 @@ def test_budgets_match_topadapter_and_only_the_right_parts_train():
     f = 54
     ranks = budget_ranks(16, 2, f)
     head = 2 * 16 * 10 + 10
-    counts = {m: trainable(Tuned(bb, m, 10, f, ranks)) for m in ("linear", "adapter", "lora", "vpt", "top", "full")}
+    counts = {m: trainable(Tuned(bb, m, 10, f, ranks)) for m in ("linear", "adapter", "lora", "vpt", "idpt", "top", "full")}
     assert counts["linear"] == head
     assert counts["full"] == head + sum(p.numel() for p in bb.parameters())
     assert counts["top"] - head == ranks["target"]
@@ -134,6 +134,10 @@ def test_budgets_match_topadapter_and_only_the_right_parts_train():
     assert abs(counts["adapter"] - head - ranks["target"]) <= 2 * (2 * 16 + 1)
     assert abs(counts["lora"] - head - ranks["target"]) <= 2 * (16 + 48)
     assert abs(counts["vpt"] - head - ranks["target"]) <= 2 * 16
+    # IDPT-like: embed (D H + H) + out (H P D + P D); H within one unit of the target
+    h, pd = ranks["idpt"], 8 * 16
+    assert counts["idpt"] - head == 16 * h + h + h * pd + pd
+    assert abs(counts["idpt"] - head - ranks["target"]) <= 16 + 1 + pd
     lora = Tuned(bb, "lora", 10, f, ranks)
     assert all("lora_" in n for n, p in lora.named_parameters() if p.requires_grad and not n.startswith("head"))
     with pytest.raises(ValueError):
@@ -161,6 +165,12 @@ def test_every_method_starts_at_the_frozen_backbone_or_trains():
     for m in ("adapter", "lora", "top", "top_no_transfer", "top_no_controller", "top_single_scale", "full"):
         assert float((logits(m) - base).abs().max()) < 1e-6, m
     assert float((logits("vpt") - base).abs().max()) > 1e-4       # prompts change the sequence at init
+    assert float((logits("idpt") - base).abs().max()) > 1e-4
+    # IDPT-like prompts are instance-aware: each cloud gets its own, computed from its tokens
+    with seeded_init(5):
+        idpt = Tuned(bb, "idpt", 10, f, ranks)
+    p = idpt.dynamic(data["tokens"])
+    assert p.shape == (20, 8, 16) and float((p[0] - p[1]).abs().max()) > 1e-6
     for m in METHODS:
         model, info = finetune(bb, m, data, 10, ranks, steps=3, batch=8, lr=1e-2, seed=1, scales=3)
         assert np.isfinite(info["final_loss"]) and accuracy(model, data).shape == (20,)
@@ -212,9 +222,14 @@ def test_config_checks_and_tiny_run(tmp_path):
         experiment.ASSET_SETTINGS.clear()
         experiment.ASSET_SETTINGS.update(old)
     res = run(Config(scales=(4, 8, 12), shots=2, dev_per_class=1, test_per_class=2, replicates=2, steps=2, batch=8,
-                     lr_grid=(1e-3, 1e-2)), tmp_path)
+                     lr_grid=(1e-3, 1e-2), full_data_shots=3), tmp_path)
     m = res.metrics
     assert set(res.accuracy) == set(experiment.METHODS) | {"top_permuted", "linear_random_init"}
+    # the full-data run: PEFT methods, TopAdapter and full FT alike, best PEFT on its own dev
+    assert set(res.full_data) == set(experiment.PEFT) | {"top", "full"} and res.full_data_best_peft in experiment.PEFT
+    fd = res.full_data["top"] - res.full_data[res.full_data_best_peft]
+    assert abs(m["full_data_headline"].point - fd.mean()) < 1e-9
+    assert abs(m["full_data_vs_full"].point - (res.full_data["top"] - res.full_data["full"]).mean()) < 1e-9
     assert np.isnan(res.lr["linear"]) and res.trainable["linear_random_init"] == res.trainable["linear"]
     assert abs(m["vs_random_init"].point - (res.accuracy["linear"] - res.accuracy["linear_random_init"]).mean()) < 1e-9
     assert all(v.shape == (2,) and ((0 <= v) & (v <= 100)).all() for v in res.accuracy.values())
@@ -222,3 +237,4 @@ def test_config_checks_and_tiny_run(tmp_path):
     assert res.identity_gap < 1e-6 and res.tau_gap < 1e-5 and res.knn_gap < 1e-9
     d = res.accuracy["top"] - res.accuracy[res.best_peft]
     assert abs(m["headline"].point - d.mean()) < 1e-9
+

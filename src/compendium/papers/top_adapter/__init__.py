@@ -8,7 +8,7 @@ Parts: ``points`` (trimesh-sampled TopoShapes, FPS, kNN grouping, simplex featur
 ``compendium.kernels.knn``), ``adapter`` (zero-initialised GeometricController and TopoTransfer),
 ``backbone`` (mini-PointNet tokens + 4 pre-LN blocks, masked-group Chamfer pretraining on
 superquadrics), ``methods`` (linear probe, bottleneck adapter, LoRA through ``peft``, VPT-deep,
-full fine-tuning, features-only MLP, TopAdapter and its ablations at matched trainable budgets),
+IDPT-like dynamic prompts, full fine-tuning, features-only MLP, TopAdapter and its ablations at matched trainable budgets),
 ``experiment`` (``build_asset``, ``Config``, ``run``, with the tau-permuted and random-init-backbone
 controls). The linear probe is fitted to convergence (L-BFGS, logistic penalty C = 1) on the
 standardised frozen features. peft provides LoRA; everything else is ours
@@ -16,16 +16,17 @@ because no library implements these point-cloud pieces offline (torch_geometric'
 torch-cluster, which is not installed).
 
 Small-scale deviations: D = 96, 4 layers, 16 groups of 16 points; 256 points per cloud at smoke,
-512 at full; pretraining on superquadrics, not ShapeNet; no IDPT-like baseline; no full-data run.
+512 at full; pretraining on superquadrics, not ShapeNet; the IDPT-like baseline is our inferred
+form; the full-data run (100 clouds per class) only at full scale.
 """
 
 from .adapter import GeometricController, TopoTransfer
 from .backbone import PointBackbone, chamfer_l2, pretrain, superquadric
-from .experiment import ASSET_NAME, CONFUSABLE, Config, Result, build_asset, load_backbone, run
-from .methods import METHODS, PEFT, Tuned, budget_ranks, finetune, trainable
+from .experiment import ASSET_NAME, CONFUSABLE, Config, Result, build_asset, kernel_check, load_backbone, run
+from .methods import METHODS, PEFT, DynamicPrompts, Tuned, budget_ranks, finetune, trainable
 from .points import fps, group, random_se3, sample_shape, SHAPES, simplex_features, triangle_area
 
-__all__ = ["ASSET_NAME", "CONFUSABLE", "Config", "GeometricController", "METHODS", "PEFT", "PointBackbone", "Result",
-           "TopoTransfer", "Tuned", "budget_ranks", "build_asset", "chamfer_l2", "finetune", "fps", "group",
+__all__ = ["ASSET_NAME", "CONFUSABLE", "Config", "DynamicPrompts", "GeometricController", "METHODS", "PEFT", "PointBackbone", "Result",
+           "TopoTransfer", "Tuned", "budget_ranks", "build_asset", "chamfer_l2", "finetune", "fps", "group", "kernel_check",
            "load_backbone", "pretrain", "random_se3", "run", "sample_shape", "SHAPES", "simplex_features",
            "superquadric", "trainable", "triangle_area"]

@@ -8,7 +8,9 @@
   peft's LoRA can target it). ``encode`` takes optional per-layer hooks so every PEFT method runs
   through the same code: ``add[l]`` (B, G, D) added to the group tokens before block l (ToTransfer),
   ``prompts[l]`` (P, D) prompt tokens replaced before block l (VPT-deep), ``adapters[l]`` a module
-  applied residually after block l (bottleneck adapter). The feature is [cls; max over groups] (2D).
+  applied residually after block l (bottleneck adapter), ``dynamic = (l, module)`` prompt tokens
+  (B, P, D) that ``module`` generates from the group tokens entering block l, inserted before it
+  (IDPT-like). The feature is [cls; max over groups] (2D).
 - Pretraining (``pretrain``): 60 % of the groups are masked; the encoder sees the visible ones, a
   one-block decoder gets mask tokens + centre positions and predicts each masked group's k centred
   points, loss Chamfer-L2 (``chamfer_l2``). Trained with ``compendium.training.fit``.
@@ -88,7 +90,7 @@ class PointBackbone(nn.Module):
         return self.point2(f).max(2).values
 
     def encode(self, tokens: torch.Tensor, centers: torch.Tensor, add=None, prompts=None, adapters=None,
-               pooled: bool = True) -> torch.Tensor:
+               pooled: bool = True, dynamic=None) -> torch.Tensor:
         """tokens (B, G, D), centers (B, G, 3) -> feature (B, 2D) (or all tokens (B, 1+G, D))."""
         B, G, _ = tokens.shape
         x = torch.cat([self.cls.expand(B, -1, -1), tokens], 1)
@@ -99,6 +101,11 @@ class PointBackbone(nn.Module):
                 x = torch.cat([x[:, :1 + n_p], x[:, 1 + n_p:] + add[layer]], 1)
             if prompts is not None:
                 p = prompts[layer].expand(B, -1, -1)
+                x = torch.cat([x[:, :1], p, x[:, 1 + n_p:]], 1)
+                pos = torch.cat([pos[:, :1], torch.zeros_like(p), pos[:, 1 + n_p:]], 1)
+                n_p = p.shape[1]
+            if dynamic is not None and layer == dynamic[0]:
+                p = dynamic[1](x[:, 1 + n_p:])
                 x = torch.cat([x[:, :1], p, x[:, 1 + n_p:]], 1)
                 pos = torch.cat([pos[:, :1], torch.zeros_like(p), pos[:, 1 + n_p:]], 1)
                 n_p = p.shape[1]

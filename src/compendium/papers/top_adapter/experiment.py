@@ -9,7 +9,11 @@ tested with tau permuted across clouds, so tau no longer belongs to its cloud) a
 pretraining started from: what the pretraining adds). The learning rate of each AdamW method is
 chosen from ``lr_grid`` by dev accuracy at replicate 0, the same way for every method (the probes
 are fitted to convergence by L-BFGS and have none); the best PEFT baseline is the one with the
-highest mean dev accuracy. Every interval is a
+highest mean dev accuracy (the IDPT-like dynamic prompts among them). With ``full_data_shots`` > 0
+(the full scale) the PEFT methods, TopAdapter and full fine-tuning are trained again, alike, on
+``full_data_shots`` clouds per class per replicate (the "full-data" run: same step budget, same
+learning rates, the best PEFT chosen on dev again). ``kernel_check`` compares the Triton kNN kernel
+with its PyTorch reference (compiled on CUDA, Triton's interpreter on the CPU). Every interval is a
 paired t interval over replicates (``compendium.stats.paired_difference``, 90 %, i.e. one-sided
 p < 0.05 when it excludes 0).
 """
@@ -17,6 +21,9 @@ p < 0.05 when it excludes 0).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -75,6 +82,7 @@ class Config:
     lr_grid: tuple = (0.003,)
     min_effect: float = 3.0
     ft_margin: float = 2.0
+    full_data_shots: int = 0
     seed: int = 0
 
     def __post_init__(self):
@@ -92,6 +100,7 @@ class Config:
         require_int("batch", self.batch, 1, 10_000)
         require_number("min_effect", self.min_effect, 0.0, 100.0)
         require_number("ft_margin", self.ft_margin, 0.0, 100.0)
+        require_int("full_data_shots", self.full_data_shots, 0, 10_000)
         require_int("seed", self.seed, 0, 2**31 - 1)
 
 
@@ -166,6 +175,39 @@ def init_identity_gap(backbone: PointBackbone, data: dict, ranks: dict) -> float
     return float((a - b).abs().max())
 
 
+_KERNEL_SCRIPT = r"""
+import json, sys, torch
+from compendium.kernels.knn import knn_reference, knn_triton
+device = sys.argv[1]
+g = torch.Generator().manual_seed(int(sys.argv[2]))
+err, equal, cases = 0.0, True, 0
+# (B, N, M, k): N not a power of two with a duplicated point (a tie), and k = N
+for B, N, M, k in ((2, 40, 3, 8), (1, 17, 2, 17)):
+    p = torch.randn(B, N, 3, generator=g)
+    q = torch.randn(B, M, 3, generator=g)
+    p[:, 1] = p[:, 0]
+    ri, rd = knn_reference(p.to(device), q.to(device), k)
+    ki, kd = knn_triton(p.to(device), q.to(device), k)
+    equal &= bool((ri.cpu() == ki.cpu()).all())
+    err, cases = max(err, float((rd.cpu() - kd.cpu()).abs().max())), cases + 1
+print(json.dumps({"idx_equal": equal, "dist_err": err, "cases": cases}))
+"""
+
+
+def kernel_check(device: str = "cpu", seed: int = 0, timeout: float = 300) -> dict:
+    """The Triton kNN kernel against ``knn_reference`` (indices equal, largest distance gap): compiled
+    on CUDA, in Triton's interpreter on the CPU (a subprocess: ``TRITON_INTERPRET`` must be set
+    before Triton is first imported)."""
+    env = dict(os.environ)
+    if device != "cuda":
+        env["TRITON_INTERPRET"] = "1"
+    out = subprocess.run([sys.executable, "-c", _KERNEL_SCRIPT, "cuda" if device == "cuda" else "cpu", str(seed)],
+                         env=env, capture_output=True, text=True, timeout=timeout, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["mode"] = "compiled on CUDA" if device == "cuda" else "Triton interpreter, CPU"
+    return res
+
+
 @dataclass
 class Result:
     config: Config
@@ -181,6 +223,9 @@ class Result:
     identity_gap: float
     knn_gap: float
     asset: dict
+    full_data: dict = field(default_factory=dict)   # method -> (replicates,) test accuracy, full-data run
+    full_data_dev: dict = field(default_factory=dict)
+    full_data_best_peft: str = ""
     metrics: dict = field(default_factory=dict)
 
 
@@ -195,14 +240,15 @@ def run(config: Config, asset_path: str | Path) -> Result:
               for r in range(config.replicates)]
     f = test["tau"].shape[-1]
     ranks = budget_ranks(backbone.d, backbone.depth, f)
-    methods = METHODS + ("top_permuted", "linear_random_init")
+    # the controls before idpt, so the seeds of the methods that came first stay the same
+    methods = tuple(x for x in METHODS if x != "idpt") + ("top_permuted", "linear_random_init", "idpt")
     perm_rng = np.random.default_rng(base + 3)
     with seeded_init(int(meta["seed"])):            # the weights the asset's pretraining started from
         random_bb = PointBackbone(s["d"], s["depth"]).eval()
     random_splits = {}
 
-    def train_eval(method, r, lr):
-        tr, te, dv = trains[r], test, dev
+    def train_eval(method, r, lr, train_sets=trains, offset=0):
+        tr, te, dv = train_sets[r], test, dev
         name, bb = method, backbone
         if method == "top_permuted":
             name = "top"
@@ -214,7 +260,7 @@ def run(config: Config, asset_path: str | Path) -> Result:
                     random_splits[key] = retokenize(x, random_bb)
             tr, te, dv = random_splits[r], random_splits["test"], random_splits["dev"]
         model, info = finetune(bb, name, tr, len(SHAPES), ranks, steps=config.steps, batch=config.batch,
-                               lr=lr, seed=base + 100 * r + methods.index(method))
+                               lr=lr, seed=base + offset + 100 * r + methods.index(method))
         return accuracy(model, te), accuracy(model, dv), info
 
     lr, first = {}, {}                              # first: the replicate-0 run at the chosen rate, reused
@@ -242,6 +288,14 @@ def run(config: Config, asset_path: str | Path) -> Result:
     result = Result(config, acc, dev_acc, cls_acc, lr, n_train, ranks, best, sum(p.numel() for p in backbone.parameters()),
                     tau_invariance_gap(np.random.default_rng(base + 4), config.scales), init_identity_gap(backbone, test, ranks),
                     knn_brute_gap(np.random.default_rng(base + 5)), meta)
+    if config.full_data_shots > 0:
+        big = [make_split(config.full_data_shots, np.random.default_rng(base + 500 + r), backbone, s, config.scales)
+               for r in range(config.replicates)]
+        for m in PEFT + ("top", "full"):
+            runs = [train_eval(m, r, lr[m], train_sets=big, offset=50) for r in range(config.replicates)]
+            result.full_data[m] = np.array([100 * out[0].mean() for out in runs])
+            result.full_data_dev[m] = np.array([100 * out[1].mean() for out in runs])
+        result.full_data_best_peft = max(PEFT, key=lambda m: result.full_data_dev[m].mean())
     result.metrics = summarize(result)
     return result
 
@@ -267,8 +321,12 @@ def summarize(res: Result) -> dict:
         "probe_random": stats.mean_interval(a["linear_random_init"], unit=unit, level=0.90),
         "vs_random_init": pd(a["linear"], a["linear_random_init"]),
         "ablations": {k: pd(a["top"], a[k]) for k in ("top_no_transfer", "top_no_controller", "top_single_scale")},
-        "budget_gap": max(abs((res.trainable[k] - res.trainable["linear"]) - target) / target for k in ("adapter", "lora", "vpt")),
+        "budget_gap": max(abs((res.trainable[k] - res.trainable["linear"]) - target) / target for k in ("adapter", "lora", "vpt", "idpt")),
         "top_fraction": 100 * (res.trainable["top"] - res.trainable["linear"]) / res.backbone_parameters,
         "mean": {k: float(v.mean()) for k, v in a.items()},
     }
+    if res.full_data:
+        f, b = res.full_data, res.full_data_best_peft
+        m["full_data_headline"] = pd(f["top"], f[b])
+        m["full_data_vs_full"] = pd(f["top"], f["full"])
     return m

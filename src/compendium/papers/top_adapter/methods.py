@@ -12,14 +12,21 @@ same head (BatchNorm without parameters, then Linear(2D, classes)) on the backbo
 - ``adapter``: a bottleneck adapter (D -> r -> D, GELU, up-projection zero-initialised) after every block.
 - ``lora``: LoRA of rank r on every block's ``qkv`` (``peft.inject_adapter_in_model``; B is zero at init).
 - ``vpt``: VPT-deep, P prompt tokens per block (replaced before every block).
+- ``idpt``: IDPT-like instance-aware dynamic prompts (``DynamicPrompts``): a small generator maps the
+  frozen group tokens entering the last block to P = 8 prompt tokens of that cloud (token-wise
+  Linear(D -> H) + GELU, max over groups, Linear(H -> P D)), inserted before the last block. IDPT
+  generates its prompts from the penultimate layer's tokens with a DGCNN-style module; our form
+  (an MLP with a max pool, its sizes) is inferred, only the idea "prompts computed from the
+  cloud's own frozen token features" is kept.
 - ``full``: every backbone parameter (the tokenizer included).
 - ``features_mlp``: no backbone: an MLP on [mean; max] over groups of tau.
 - ``top``: TopAdapter = GeometricController (gated) at the input tokens + TopoTransfer stream
   added before every block; ``top_no_transfer``, ``top_no_controller`` (plain addition) and
   ``top_single_scale`` (tau of the k = 16 scale only) are its ablations.
 
-``budget_ranks`` chooses r (adapter, LoRA) and P (VPT) so that those methods have as many trainable
-parameters (head excluded) as TopAdapter, within one unit of r / P. The frozen tokenizer's output is
+``budget_ranks`` chooses r (adapter, LoRA), P (VPT) and the generator width H (IDPT-like) so that
+those methods have as many trainable parameters (head excluded) as TopAdapter, within one unit of
+r / P / H. The frozen tokenizer's output is
 the same for every method except ``full``, so ``finetune`` computes it once.
 """
 
@@ -36,9 +43,24 @@ from compendium.training import TrainSpec, fit, seeded_init
 from .adapter import GeometricController, TopoTransfer
 
 METHODS = ("linear", "adapter", "lora", "vpt", "full", "features_mlp", "top",
-           "top_no_transfer", "top_no_controller", "top_single_scale")
-PEFT = ("linear", "adapter", "lora", "vpt")
+           "top_no_transfer", "top_no_controller", "top_single_scale", "idpt")
+PEFT = ("linear", "adapter", "lora", "vpt", "idpt")
 F_PER_SCALE = 18
+IDPT_PROMPTS = 8
+
+
+class DynamicPrompts(nn.Module):
+    """Instance-aware prompts: group tokens (B, G, D) -> P prompt tokens (B, P, D) (IDPT-like, inferred)."""
+
+    def __init__(self, d: int, hidden: int, n_prompts: int = IDPT_PROMPTS):
+        super().__init__()
+        self.d, self.n_prompts = d, n_prompts
+        self.embed = nn.Sequential(nn.Linear(d, hidden), nn.GELU())
+        self.out = nn.Linear(hidden, n_prompts * d)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens).max(1).values
+        return self.out(h).view(-1, self.n_prompts, self.d)
 
 
 def trainable(model: nn.Module) -> int:
@@ -58,7 +80,8 @@ def budget_ranks(d: int, depth: int, f: int) -> dict:
     return {"target": target,
             "adapter": max(1, round((target / depth - d) / (2 * d + 1))),
             "lora": max(1, round(target / depth / (d + 3 * d))),
-            "vpt": max(1, round(target / depth / d))}
+            "vpt": max(1, round(target / depth / d)),
+            "idpt": max(1, round((target - IDPT_PROMPTS * d) / (d + 1 + IDPT_PROMPTS * d)))}
 
 
 class Tuned(nn.Module):
@@ -75,7 +98,7 @@ class Tuned(nn.Module):
         # means up to 2.6 at smoke), so every head standardises them first (batch statistics, no
         # parameters) as Point-MAE's BatchNorm head does
         self.head = nn.Sequential(nn.BatchNorm1d(2 * d, affine=False), nn.Linear(2 * d, n_classes))
-        self.adapters = self.prompts = self.top = None
+        self.adapters = self.prompts = self.top = self.dynamic = None
         if method == "features_mlp":
             self.backbone = None
             self.head = nn.Sequential(nn.LayerNorm(2 * f), nn.Linear(2 * f, 128), nn.GELU(), nn.Linear(128, n_classes))
@@ -93,6 +116,8 @@ class Tuned(nn.Module):
                 p.requires_grad_("lora_" in name)
         elif method == "vpt":
             self.prompts = nn.Parameter(0.02 * torch.randn(depth, ranks["vpt"], d))
+        elif method == "idpt":
+            self.dynamic = DynamicPrompts(d, ranks["idpt"])
         elif method.startswith("top"):
             f_used = F_PER_SCALE if method == "top_single_scale" else f
             self.top = top_parts(d, depth, f_used, gated=method != "top_no_controller",
@@ -118,7 +143,8 @@ class Tuned(nn.Module):
             if "transfer" in self.top:
                 add = self.top["transfer"].streams(e)
         prompts = None if self.prompts is None else list(self.prompts[:, None])
-        feat = self.backbone.encode(tokens, centers, add=add, prompts=prompts, adapters=self.adapters)
+        dynamic = None if self.dynamic is None else (self.backbone.depth - 1, self.dynamic)
+        feat = self.backbone.encode(tokens, centers, add=add, prompts=prompts, adapters=self.adapters, dynamic=dynamic)
         return self.head(feat)
 
 
