@@ -201,3 +201,29 @@ def region_tokens(s: Scenes, foil: str | None = None, rng: np.random.Generator |
 
 def global_tokens(s: Scenes) -> np.ndarray:
     return np.stack([encode(global_words(s.attrs[i], s.valid[i]), MAX_GLOBAL_TOKENS) for i in range(len(s.images))])
+
+
+def text_spec_violations(s: Scenes, rng: np.random.Generator) -> dict:
+    """Counts of regions that break the issue's text specification (every count should be 0).
+
+    ``length``: region texts outside 12-40 tokens; ``late``: in the controlled (late) subset, a
+    colour or texture foil that differs from the true text before token 9 (index < 8) or in other
+    than one token; ``global``: a region whose own descriptor (the words its text is about) is
+    missing from the scene's global caption.
+    """
+    idx = np.nonzero(s.valid)
+    true = region_tokens(s)[idx]
+    lengths = (true != PAD).sum(1)
+    late = s.late[idx[0]]
+    bad_late = 0
+    for foil in ("colour", "texture"):
+        diff = region_tokens(s, foil, rng)[idx] != true
+        first = np.where(diff.any(1), diff.argmax(1), -1)
+        bad_late += int(((diff.sum(1) != 1) | (first < 8))[late].sum())
+    bad_global = 0
+    for i, r in zip(*idx):
+        g, d = global_words(s.attrs[i], s.valid[i]), _descriptor(s.attrs[i, r])
+        bad_global += not any(g[j:j + len(d)] == d for j in range(len(g) - len(d) + 1))
+    return {"length": int(((lengths < 12) | (lengths > 40)).sum()), "late": bad_late, "global": bad_global,
+            "regions": len(idx[0]), "late_regions": int(late.sum()), "min_len": int(lengths.min()),
+            "max_len": int(lengths.max())}
