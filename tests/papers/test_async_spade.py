@@ -62,7 +62,7 @@ def test_predictors_use_only_the_past_and_ridge_limits():
     Q, _ = _qk(t=30)
     Q2 = Q.clone()
     Q2[..., 20:, :] += 100.0                                  # change the future of step 20
-    for p in ("last", "mean", "ridge"):
+    for p in ("last", "mean", "ridge", "ridge_shuffled"):
         a = paper.predict_queries(Q, p, 6, 1.0, 2)[..., :21, :]
         b = paper.predict_queries(Q2, p, 6, 1.0, 2)[..., :21, :]
         assert torch.allclose(a, b), p
@@ -74,6 +74,17 @@ def test_predictors_use_only_the_past_and_ridge_limits():
     ar = base * 0.9 ** torch.arange(30, dtype=torch.float64).view(1, 1, 30, 1)
     pred = paper.predict_queries(ar, "ridge", 6, 1e-9, 2)
     assert torch.allclose(pred[..., 8:, :], ar[..., 8:, :], rtol=1e-5)
+    # a rotating query (exactly AR(2): q_{t+1} = 2 cos(th) q_t - q_{t-1}) is predicted by the ridge;
+    # the control fits the same ridge on shifted targets and loses the temporal structure
+    th = torch.arange(30, dtype=torch.float64) * 0.5
+    rot = torch.stack([th.cos(), th.sin()], -1).view(1, 1, 30, 2)
+    fit = paper.predict_queries(rot, "ridge", 6, 1e-9, 2)
+    assert torch.allclose(fit[..., 8:, :], rot[..., 8:, :], atol=1e-5)
+    shuffled = paper.predict_queries(rot, "ridge_shuffled", 6, 1e-9, 2)
+    assert ((shuffled[..., 8:, :] - rot[..., 8:, :]).norm(dim=-1) > 0.3).all()
+    # ...and shrinks to "copy the last query" like the ridge
+    big = paper.predict_queries(Q, "ridge_shuffled", 6, 1e9, 2)
+    assert torch.allclose(big[..., 8:, :], Q[..., 7:-1, :], atol=1e-4)
 
 
 def test_quest_bound_and_oracle_recall():
@@ -161,8 +172,10 @@ def test_tiny_run_is_deterministic(tiny_models):
     assert a.recall.keys() == b.recall.keys()
     for key in a.recall:
         assert np.array_equal(a.recall[key], b.recall[key]) and a.recall[key].shape == (4,)
-    assert a.estimates == b.estimates and a.accuracy.keys() == {"full", "ridge", "last", "quest"}
-    assert a.answer_mass.keys() == {"oracle", "ridge", "last", "mean", "quest"}
+    assert a.estimates == b.estimates and a.accuracy.keys() == {"full", "ridge", "last", "quest", "oracle"}
+    assert a.answer_mass.keys() == {"oracle", "ridge", "last", "mean", "quest", "ridge_shuffled"}
+    assert {"ridge_shuffled_minus_last_16", "accuracy_oracle_minus_quest"} <= a.estimates.keys()
+    np.testing.assert_allclose(a.per_model["accuracy_oracle_minus_quest"], 100 * (a.accuracy["oracle"] - a.accuracy["quest"]))
     for m, v in a.answer_mass.items():
         assert v.shape == (2,) and ((0 <= v) & (v <= 1 + 1e-6)).all()
         assert (v <= a.answer_mass["oracle"] + 1e-6).all() or m == "quest", "the oracle keeps the most mass among top-B sets"
@@ -175,9 +188,13 @@ def test_tiny_run_is_deterministic(tiny_models):
 
 def test_asset_sizes_follow_the_power_analysis():
     smoke, full = paper.settings_for("smoke"), paper.settings_for("full")
-    # smoke is the 5-model version (same recipe and seeds; held to 5 by the CI budget)
-    assert smoke == paper.ModelSettings(num_models=5)
-    assert full.num_models == 20 and full.short_batch_size == 32 and full.long_steps == 150
+    # one recipe at both scales (model i is the same decoder); smoke 3 (CI budget), full 16 (power analysis)
+    assert smoke == paper.ModelSettings(num_models=3)
+    assert full == dataclasses.replace(smoke, num_models=16)
+    # the 16 are the power analysis on the 5-model version's seed-0 ridge-minus-last spread at B=64
+    seed0_b64 = np.array([0.004712492227554321, -0.0017203539609909058, 0.00616881251335144,
+                          -0.017112545669078827, -0.0021319687366485596])
+    assert paper.models_for_resolution(seed0_b64, paper.MIN_RECALL_EFFECT) == full.num_models
     with pytest.raises(ValueError):
         paper.settings_for("huge")
     with pytest.raises(ValueError):

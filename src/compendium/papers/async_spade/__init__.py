@@ -17,7 +17,7 @@ Implemented (our reading; the paper's predictor is not public in detail):
 
 Small-scale deviations:
 
-* a 2-3 layer, d=64 decoder trained for seconds on a synthetic key/value retrieval language, not
+* a 2-layer, d=64 decoder trained for seconds on a synthetic key/value retrieval language, not
   Qwen3-8B/32B on reasoning traces; the lookup's query jumps at the answer steps, which no
   window of past queries can predict;
 * recall and attention mass are measured on teacher-forced dense passes; in-loop accuracy uses

@@ -18,8 +18,8 @@ from .lm import make_sequences
 from .sparse import (mask_from_scores, mass_at_steps, method_scores, prediction_cosine, predict_queries,
                      query_cosine_by_lag, recall_and_mass, select, true_attention)
 
-SELECTORS = ("oracle", "ridge", "last", "mean", "quest")
-ACCURACY_METHODS = ("full", "ridge", "last", "quest")
+SELECTORS = ("oracle", "ridge", "last", "mean", "quest", "ridge_shuffled")
+ACCURACY_METHODS = ("full", "ridge", "last", "quest", "oracle")  # oracle: the accuracy control
 
 
 @dataclass(frozen=True)
@@ -138,10 +138,14 @@ def model_level_differences(recall: dict, accuracy: dict, config: Config) -> tup
     k = config.model_seeds
     per_model = {}
     for b in config.budgets:
-        for a, c in (("ridge", "quest"), ("ridge", "last")):
+        for a, c in (("ridge", "quest"), ("ridge", "last"), ("ridge_shuffled", "last")):
+            if (a, b) not in recall or (c, b) not in recall:
+                continue
             d = (recall[(a, b)] - recall[(c, b)]).reshape(k, -1).mean(1)
             per_model[f"{a}_minus_{c}_{b}"] = d
     per_model["accuracy_ridge_minus_quest"] = 100 * (accuracy["ridge"] - accuracy["quest"])
+    if "oracle" in accuracy:                      # the control: token selection from the true query
+        per_model["accuracy_oracle_minus_quest"] = 100 * (accuracy["oracle"] - accuracy["quest"])
     estimates = {name: mean_interval(v, unit="trained models") for name, v in per_model.items()}
     return per_model, estimates
 

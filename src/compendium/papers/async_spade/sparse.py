@@ -16,7 +16,11 @@ the asynchronous pipeline, where selection for step ``t`` runs during step ``t-1
   window's own transitions, shrunk towards "copy the last query" and shared by all heads of a
   layer ("unified"):  ``min_w sum_j ||q_{j+1} - sum_a w_a q_{j-a}||^2 + lam * s * ||w - e_0||^2``
   with ``s`` the mean squared query norm in the window, then ``q_hat_t = sum_a w_a q_{t-1-a}``;
-* ``oracle``: the true ``q_t`` (the synchronous ideal).
+* ``oracle``: the true ``q_t`` (the synchronous ideal);
+* ``ridge_shuffled`` (a control): the same ridge fit with the window's targets ``q_{j+1}`` cyclically
+  shifted by half the number of transitions (every regressor paired with another step's target),
+  so the weights see no temporal order; a predictor with no temporal signal, against which the
+  ridge-vs-last check must come out ``fail`` when it has power.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import torch
 
 from ...kernels.quest_pages import quest_scores_reference
 
-PREDICTORS = ("last", "mean", "ridge", "oracle")
+PREDICTORS = ("last", "mean", "ridge", "ridge_shuffled", "oracle")
 
 
 def predict_queries(Q: torch.Tensor, predictor: str, window: int = 8, ridge_lambda: float = 1.0,
@@ -56,7 +60,10 @@ def predict_queries(Q: torch.Tensor, predictor: str, window: int = 8, ridge_lamb
         lags = torch.arange(p)
         ja = rows[:, None] - lags[None, :]                                           # (J, p): j - a
         A = gram[..., ja[:, :, None], ja[:, None, :]].sum(2)                         # (B,T,p,p)
-        c = gram[..., rows[:, None] + 1, ja].sum(2)                                  # (B,T,p)
+        targets = rows + 1
+        if predictor == "ridge_shuffled":                                            # a derangement of the targets
+            targets = torch.roll(targets, len(rows) // 2) if len(rows) > 1 else targets
+        c = gram[..., targets[:, None], ja].sum(2)                                   # (B,T,p)
         scale = gram.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(1e-8)             # (B,T)
         lam = ridge_lambda * scale[..., None, None]
         e0 = torch.zeros(p, dtype=Q.dtype)
