@@ -31,7 +31,7 @@ class Config:
     """Registry parameters of the chapter plus ``seed`` (see workflow/config/chapters.yaml)."""
 
     num_models: int = 3
-    finetune_problems: int = 2000
+    finetune_problems: int = 1200
     finetune_steps: int = 24
     batch_size: int = 48
     learning_rates: tuple = (1e-3,)
@@ -146,13 +146,17 @@ def hinted_data(model, ops: np.ndarray, rng: np.random.Generator, config: Config
 def rft_data(model, ops: np.ndarray, rng: np.random.Generator, samples: int) -> tuple[np.ndarray, np.ndarray]:
     """Rejection-sampling data: per problem the first of ``samples`` self-samples with the right answer."""
     keep_ops, keep_resp = [], []
-    todo = np.ones(len(ops), dtype=bool)
-    for _ in range(samples):
-        resp = sample_on_policy(model, ops, rng)
-        ok = todo & (task.parse_answer(resp) == task.answers(ops))
-        keep_ops.append(ops[ok])
+    todo = np.arange(len(ops))
+    for _ in range(samples):  # only the problems still without a correct sample are sampled again
+        if len(todo) == 0:
+            break
+        resp = sample_on_policy(model, ops[todo], rng)
+        ok = task.parse_answer(resp) == task.answers(ops[todo])
+        keep_ops.append(ops[todo[ok]])
         keep_resp.append(resp[ok])
-        todo &= ~ok
+        todo = todo[~ok]
+    if not keep_ops:
+        return ops[:0], np.zeros((0, 2 * ops.shape[1]), dtype=np.int64)
     return np.concatenate(keep_ops), np.concatenate(keep_resp)
 
 
