@@ -116,6 +116,8 @@ def test_config_rejects_bad_values():
         paper.Config(distribution="gamma")
     with pytest.raises(ValueError):
         paper.Config(batch_sizes=(2, 64))
+    with pytest.raises(ValueError):
+        paper.Config(pareto_toy="yes")
 
 
 def test_tiny_run_is_deterministic():
@@ -128,6 +130,25 @@ def test_tiny_run_is_deterministic():
     assert set(a.metrics["toy"]) == {"sft", "lds", *paper.ARMS}
     assert set(a.sweep) == {16, 64}
     assert a.checks["bruteforce_gap"] < 1e-10 and a.checks["equal_adv_max"] == 0.0
+
+
+def test_pareto_toy_runs_apart_and_leaves_the_other_runs_unchanged():
+    with_it = paper.run(paper.Config(**TINY, pareto_toy=True))
+    without = paper.run(paper.Config(**TINY, pareto_toy=False))
+    assert set(with_it.metrics) == set(without.metrics) | {"pareto"}
+    assert set(with_it.metrics["pareto"]) == {"sft", "lds", "pointwise", "ccc"}
+    for task in without.metrics:
+        for method in without.metrics[task]:
+            for key, values in without.metrics[task][method].items():
+                assert np.array_equal(values, with_it.metrics[task][method][key], equal_nan=True), (task, method, key)
+    from compendium.papers.ccc_grpo_regression.experiment import _paired_gain
+    gain, wins = _paired_gain(with_it.metrics["pareto"], "sft", "ccc", "mae_few")   # what measurements() reads
+    assert np.isfinite(gain.point) and gain.n == 2 and 0 <= wins <= 2
+    # the Pareto toy draws from its own law (median near 8.7, not the log-normal's 10), not a copy
+    from compendium.papers.ccc_grpo_regression.tasks import longtail_task
+    a = longtail_task(4000, 10, distribution="lognormal", rng=np.random.default_rng(0)).y_train
+    b = longtail_task(4000, 10, distribution="pareto_mixture", rng=np.random.default_rng(0)).y_train
+    assert np.median(b) < 9.3 < np.median(a)
 
 
 def test_predict_median_and_greedy_read_outs():

@@ -43,6 +43,7 @@ class Config:
     clip_eps: float = 0.2
     kl_coef: float = 0.01
     real_train_cap: int = 6000
+    pareto_toy: bool = True
     seed: int = 0
 
     def __post_init__(self):
@@ -62,6 +63,8 @@ class Config:
         require_number("kl_coef", self.kl_coef, 0.0, 1.0)
         if self.distribution not in ("lognormal", "pareto_mixture"):
             raise ValueError(f"distribution must be 'lognormal' or 'pareto_mixture', got {self.distribution!r}")
+        if not isinstance(self.pareto_toy, bool):
+            raise ValueError(f"pareto_toy must be true or false, got {self.pareto_toy!r}")
         if any(b < 4 for b in self.batch_sizes):
             raise ValueError(f"batch_sizes must all be >= 4, got {self.batch_sizes}")
 
@@ -212,6 +215,18 @@ def run(config: Config) -> Result:
     }
     arms = {"toy": ARMS, "diabetes": ("pointwise", "ccc"), "randhie": ("pointwise", "ccc")}
     out = train_task(tasks, config, arms=arms, batch_sizes=config.batch_sizes, lds=("toy",))
+    if config.pareto_toy:
+        # the second long-tailed law as a second toy: SFT, LDS, pointwise and CCC GRPO at the
+        # same steps, G, B, KL and learning rate, on its own draws (seed + 17) and in its own ensemble,
+        # so the runs above are bitwise the same with or without it
+        other = "pareto_mixture" if config.distribution == "lognormal" else "lognormal"
+        pareto = {"pareto": [longtail_task(config.train_size, config.test_size, distribution=other,
+                                           noise=config.feature_noise, num_bins=config.num_bins,
+                                           rng=np.random.default_rng(sd + 17)) for sd in seeds]}
+        extra = train_task(pareto, config, arms={"pareto": ("pointwise", "ccc")}, lds=("pareto",))
+        tasks.update(pareto)
+        out["preds"].update(extra["preds"])
+        out["training"]["pareto"] = extra["training"]["pareto"]
     metrics = {n: _metric_table(tasks[n], out["preds"][n]) for n in tasks}
     metrics["toy_greedy"] = _metric_table(tasks["toy"], out["greedy"]["toy"])
     toy = tasks["toy"]
@@ -255,4 +270,9 @@ def measurements(result: Result) -> dict:
     m["randhie_few"], m["randhie_wins"] = _paired_gain(result.metrics["randhie"], "sft", "ccc", "mae_few")
     m["diabetes_all"], _ = _paired_gain(result.metrics["diabetes"], "sft", "ccc", "mae")
     m["randhie_all"], _ = _paired_gain(result.metrics["randhie"], "sft", "ccc", "mae")
+    if "pareto" in result.metrics:
+        pareto = result.metrics["pareto"]
+        for base in ("sft", "pointwise", "lds"):
+            m[f"pareto_few_vs_{base}"], m[f"pareto_few_vs_{base}_wins"] = _paired_gain(pareto, base, "ccc", "mae_few")
+        m["pareto_sft_slope"] = stats.mean_interval(pareto["sft"]["slope"], unit=UNIT)
     return m
