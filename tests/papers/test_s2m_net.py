@@ -167,14 +167,49 @@ def test_training_is_deterministic_and_arms_share_batches(monkeypatch):
     st = paper.AssetSettings(sizes=(32,), train_images=12, steps=3, batch_size=4, learning_rate=1e-3, base_width=4,
                              modes=4, gate_dim=8, floor=0.05, prior_strength=1.0, num_seeds=1)
     train = paper.training_set(np.random.default_rng(0), st.train_images, 32, st)
-    m1, log1 = paper.train_arm("s2m_masl", 4, train, st, 0)
-    m2, log2 = paper.train_arm("s2m_masl", 4, train, st, 0)
+    (m1, log1), = paper.train_arm("s2m_masl", 4, train, st, 0)
+    (m2, log2), = paper.train_arm("s2m_masl", 4, train, st, 0)
     assert log1["losses"] == log2["losses"]
     for (k, a), b in zip(m1.state_dict().items(), m2.state_dict().values()):
         assert torch.equal(a, b), k
     for arm in ("s2m_masl_permuted", "s2m_fixed5", "unet"):
-        _, log = paper.train_arm(arm, 4, train, st, 0)
+        (_, log), = paper.train_arm(arm, 4, train, st, 0)
         assert np.isfinite(log["final_loss"])
+
+
+def test_stacked_training_equals_separate_training():
+    """Two seeds trained as one vmapped stack end where each trained alone ends (no clipping:
+    grad_clip is sqrt(S) on the joint norm, so use a tiny learning rate that keeps it inactive)."""
+    st = paper.AssetSettings(sizes=(32,), train_images=12, steps=3, batch_size=2, learning_rate=1e-4, base_width=4,
+                             modes=4, gate_dim=8, floor=0.05, prior_strength=1.0, num_seeds=2)
+    train = paper.training_set(np.random.default_rng(1), st.train_images, 32, st)
+    for arm in ("unet",):   # (MASL arms agree to float rounding, which Adam's sign-like first steps amplify)
+        both = paper.train_arm(arm, 4, train, st, [3, 4])
+        for k, (model, _) in zip((3, 4), both):
+            (alone, _), = paper.train_arm(arm, 4, train, st, k)
+            for (name, a), b in zip(model.state_dict().items(), alone.state_dict().values()):
+                assert torch.allclose(a, b, atol=1e-5), (arm, k, name)
+    nets = [paper.TinyUNet(4, "sstm", 4, 8) for _ in range(2)]
+    x = torch.randn(2, 3, 1, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(paper.StackedNets(nets)(x), torch.stack([n(x[i]) for i, n in enumerate(nets)]), atol=1e-5)
+
+
+def test_hd95_matches_brute_force():
+    from scipy.spatial.distance import cdist
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        a = paper.family_mask("ellipses", rng, 32)
+        b = np.roll(paper.family_mask("stars", rng, 32), 2, axis=1)
+        pa, pb = np.argwhere(paper.boundary_pixels(a)), np.argwhere(paper.boundary_pixels(b))
+        d = cdist(pa, pb)
+        ref = max(np.percentile(d.min(1), 95), np.percentile(d.min(0), 95))
+        assert abs(paper.hd95(a, b) - ref) < 1e-9
+    sq = np.zeros((20, 20), bool)
+    sq[5:10, 5:10] = True
+    assert paper.hd95(sq, sq) == 0.0 and paper.hd95(sq, np.roll(sq, 3, 0)) == 3.0
+    assert paper.hd95(np.zeros_like(sq), np.zeros_like(sq)) == 0.0 and paper.hd95(sq, np.zeros_like(sq)) == np.hypot(20, 20)
+    assert paper.boundary_pixels(sq).sum() == 16
 
 
 def test_tiny_run(tmp_path, monkeypatch):
@@ -186,15 +221,30 @@ def test_tiny_run(tmp_path, monkeypatch):
         "retina (skimage)": np.random.default_rng(3).random((side, side)), "camera (skimage)": np.random.default_rng(4).random((side, side))})
     paper.build_asset(tmp_path, "smoke", 0)
     models, meta = paper.load_models(tmp_path)
-    assert len(models) == 7 and all(len(v) == 2 for v in models.values())
+    assert len(models) == 9 and all(len(v) == 2 for v in models.values())
     cfg = paper.Config(test_per_family=3, energy_size=64, energy_modes=(4, 32), headline_modes=32, energy_synthetic=1,
                        attention_sizes=(8, 12, 16), sstm_sizes=(32, 40, 48), timing_channels=4, timing_repeats=1)
     result = paper.run(cfg, models, meta)
     m = paper.measurements(result)
-    assert set(result.metrics) == set(models)
+    assert set(result.metrics) | {(32, a) for a in paper.INSTRUMENT_ARMS} == set(models)
+    assert result.instrument["s2m_3class"].shape == (2, 3, 2) and m["instrument_s2m_vs_unet"][1].n == 3
     assert result.checks["identity_gap"] < 1e-5 and result.checks["corner_gradient"]["conv3x3 x4"] == 0.0
     assert m["flop_slope_attention"] > 1.7 and 0.9 < m["flop_slope_sstm"] < 1.3
     assert result.symbolic["spectrum_gap"] == 0 and result.symbolic["limit_is_infinite"]
-    assert m["masl_vs_dicebce"][1].n == 3 and len(m["table"]) == 7 * 3
+    assert m["masl_vs_dicebce"][1].n == 3 and len(m["table"]) == 7 * 3 and "hd95" in m["table"][0]
     with pytest.raises(ValueError):
         paper.Config(energy_modes=(4, 16), headline_modes=32)
+
+
+def test_instrument_variant():
+    rng = np.random.default_rng(0)
+    d = paper.make_instrument_dataset(rng, 4, 32, noise=0.3)
+    assert d["images"].shape == (4, 1, 32, 32) and d["labels"].shape == (4, 32, 32)
+    for lab in d["labels"]:
+        assert set(np.unique(lab)) == {0, 1, 2}
+    lab = torch.from_numpy(d["labels"])
+    perfect = 50.0 * torch.nn.functional.one_hot(lab, 3).permute(0, 3, 1, 2).float()
+    assert paper.multiclass_loss(perfect, lab).max() < 1e-3
+    assert (paper.multiclass_loss(torch.zeros(4, 3, 32, 32), lab) > 0.5).all()
+    assert np.allclose(paper.multiclass_dice_scores(d["labels"][0], d["labels"][0], 3), 1.0)
+    assert np.allclose(paper.multiclass_dice_scores(np.zeros((32, 32), int), d["labels"][0], 3), 0.0)

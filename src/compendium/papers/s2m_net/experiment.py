@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,19 +23,20 @@ from . import morphology as M
 from . import shapes as S
 from .real import grey
 
-__all__ = ["ASSET_NAME", "ARMS", "MIXER_ARMS", "LOSS_ARMS", "LABELS", "AssetSettings", "settings_for", "width_for",
+__all__ = ["ASSET_NAME", "StackedNets", "ARMS", "MIXER_ARMS", "LOSS_ARMS", "INSTRUMENT_ARMS", "evaluate_instruments", "LABELS", "AssetSettings", "settings_for", "width_for",
            "training_set", "train_arm", "build_asset", "load_models", "Config", "Result", "run", "predict",
            "evaluate", "deciding_seed", "time_layer", "real_images", "measurements"]
 
 ASSET_NAME = "s2m_net_unets"
 MIXER_ARMS = ("unet", "attention", "fno", "s2m")
 LOSS_ARMS = ("s2m_masl", "s2m_masl_permuted", "s2m_fixed5")
+INSTRUMENT_ARMS = ("unet_3class", "s2m_3class")     # the 3-class (background, shaft, tip) variant
 ARMS = {"unet": ("none", "dicebce"), "attention": ("attention", "dicebce"), "fno": ("fno", "dicebce"),
         "s2m": ("sstm", "dicebce"), "s2m_masl": ("sstm", "masl"), "s2m_masl_permuted": ("sstm", "masl_permuted"),
-        "s2m_fixed5": ("sstm", "fixed5")}
+        "s2m_fixed5": ("sstm", "fixed5"), "unet_3class": ("none", "multiclass"), "s2m_3class": ("sstm", "multiclass")}
 LABELS = {"unet": "U-Net", "attention": "U-Net + attention", "fno": "U-Net + FNO (ungated)", "s2m": "S2M-toy (SSTM)",
           "s2m_masl": "S2M-toy + MASL", "s2m_masl_permuted": "S2M-toy + MASL, permuted descriptors",
-          "s2m_fixed5": "S2M-toy + fixed 5-loss sum"}
+          "s2m_fixed5": "S2M-toy + fixed 5-loss sum", "unet_3class": "U-Net, 3 classes", "s2m_3class": "S2M-toy, 3 classes"}
 
 
 # ------------------------------------------------------------------ asset: the trained U-Nets
@@ -53,6 +55,9 @@ class AssetSettings:
     floor: float              # MASL's weight floor
     prior_strength: float
     num_seeds: int
+    instrument_images: int = 48   # training images of the 3-class variant
+    stack_seeds: bool = True      # train an arm's seeds as one vmapped stack (fast on small maps only)
+    other_mixers: bool = True     # also train the attention and ungated-FNO arms (reported, decide no claim)
     contrast: float = 1.0
     noise: float = 0.6
     background: float = 0.8
@@ -60,11 +65,13 @@ class AssetSettings:
 
 def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
-        return AssetSettings(sizes=(64,), train_images=96, steps=40, batch_size=4, learning_rate=5e-3,
-                             base_width=6, modes=8, gate_dim=16, floor=0.05, prior_strength=1.0, num_seeds=3)
+        return AssetSettings(sizes=(32,), train_images=96, steps=100, batch_size=4, learning_rate=2e-2,
+                             base_width=6, modes=4, gate_dim=16, floor=0.05, prior_strength=1.0, num_seeds=3, noise=0.3,
+                             other_mixers=False)
     if scale == "full":
-        return AssetSettings(sizes=(96, 128), train_images=144, steps=60, batch_size=4, learning_rate=5e-3,
-                             base_width=6, modes=8, gate_dim=16, floor=0.05, prior_strength=1.0, num_seeds=3)
+        return AssetSettings(sizes=(96, 128), train_images=144, steps=100, batch_size=4, learning_rate=2e-2,
+                             base_width=6, modes=8, gate_dim=16, floor=0.05, prior_strength=1.0, num_seeds=3, noise=0.3,
+                             stack_seeds=False)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
 
 
@@ -81,38 +88,95 @@ def training_set(rng: np.random.Generator, count: int, size: int, settings: Asse
     return d
 
 
-def train_arm(arm: str, width: int, train: dict, settings: AssetSettings, train_seed: int) -> tuple[nn.Module, dict]:
-    """Train one arm; every arm at one ``train_seed`` sees the same batches. Returns (container, log)."""
+class StackedNets(nn.Module):
+    """``S`` copies of one network architecture evaluated at once: the parameters of the copies are
+    stacked along a new first axis and the forward pass is ``torch.func.vmap`` of
+    ``functional_call`` over that axis (convolutions become grouped ones). Input (S, B, ...),
+    output (S, B, ...). Training the stack with one AdamW is training each copy on its own, since
+    the losses add and AdamW acts element-wise (only gradient clipping sees the joint norm)."""
+
+    def __init__(self, nets: list):
+        super().__init__()
+        from torch.func import stack_module_state
+
+        params, buffers = stack_module_state(nets)
+        self.names = list(params)
+        self.stacked = nn.ParameterList([nn.Parameter(params[n].detach().clone()) for n in self.names])
+        self.buffer_values = {n: b.detach().clone() for n, b in buffers.items()}
+        self._base = [copy.deepcopy(nets[0]).to("meta")]   # a list: not registered as a submodule
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.func import functional_call, vmap
+
+        base = self._base[0]
+
+        def one(params, xx):
+            return functional_call(base, ({**dict(zip(self.names, params)), **self.buffer_values}), (xx,))
+
+        return vmap(one)(tuple(self.stacked), x)
+
+    def unstack(self, nets: list) -> list:
+        """Copy each stacked slice into ``nets[s]`` (same architecture) and return them."""
+        for s, net in enumerate(nets):
+            net.load_state_dict({n: p[s].detach().clone() for n, p in zip(self.names, self.stacked)}, strict=False)
+        return nets
+
+
+def train_arm(arm: str, width: int, train: dict, settings: AssetSettings, train_seeds) -> list:
+    """Train one arm at every seed of ``train_seeds`` at once (a :class:`StackedNets` of the
+    nets, MASL modules per seed); seed ``k`` sees the batches of ``default_rng(10_000 + k)`` in
+    every arm. Returns ``[(container, log)]`` per seed (the log is of the loss summed over seeds)."""
+    train_seeds = [int(k) for k in np.atleast_1d(train_seeds)]
     mixer, loss_kind = ARMS[arm]
-    X, Y, SD = (torch.from_numpy(train[k]) for k in ("images", "masks", "sdf"))
-    D = torch.from_numpy(train["descriptors"]).float()
-    mean, std = train["descriptors"].mean(0), train["descriptors"].std(0)
-    with seeded_init(train_seed):
-        net = L.TinyUNet(width, mixer, settings.modes, settings.gate_dim)
-    parts = {"net": net}
-    if loss_kind != "dicebce":   # the fixed sum is MASL with floor 1/5: every weight exactly 1/5
-        floor = 1.0 / len(M.LOSSES) if loss_kind == "fixed5" else settings.floor
-        parts["masl"] = M.MASL(mean, std, floor=floor, prior_strength=settings.prior_strength)
-    container = nn.ModuleDict(parts)
-    batches = np.random.default_rng(10_000 + train_seed)
-    shuffles = np.random.default_rng(20_000 + train_seed)
-    n, B = X.shape[0], settings.batch_size
+    classes = len(S.INSTRUMENT_CLASSES) if loss_kind == "multiclass" else 1
+    if loss_kind == "multiclass":   # the instrument images: integer labels, no descriptors
+        X, Y = torch.from_numpy(train["images"]), torch.from_numpy(train["labels"])
+    else:
+        X, Y, SD = (torch.from_numpy(train[k]) for k in ("images", "masks", "sdf"))
+        D = torch.from_numpy(train["descriptors"]).float()
+        mean, std = train["descriptors"].mean(0), train["descriptors"].std(0)
+    nets, masls = [], []
+    for k in train_seeds:
+        with seeded_init(k):
+            nets.append(L.TinyUNet(width, mixer, settings.modes, settings.gate_dim, classes=classes))
+        if loss_kind not in ("dicebce", "multiclass"):   # the fixed sum is MASL with floor 1/5: every weight 1/5
+            floor = 1.0 / len(M.LOSSES) if loss_kind == "fixed5" else settings.floor
+            masls.append(M.MASL(mean, std, floor=floor, prior_strength=settings.prior_strength))
+    stack = StackedNets(nets)
+    container = nn.ModuleDict({"stack": stack, **({"masl": nn.ModuleList(masls)} if masls else {})})
+    batches = [np.random.default_rng(10_000 + k) for k in train_seeds]
+    shuffles = [np.random.default_rng(20_000 + k) for k in train_seeds]
+    n, B, S_ = X.shape[0], settings.batch_size, len(train_seeds)
+    shape = X.shape[1:]
 
     def loss_fn(step):
-        idx = torch.from_numpy(batches.integers(0, n, B))
-        logits = net(X[idx])
+        idx = torch.from_numpy(np.stack([g.integers(0, n, B) for g in batches]))          # (S, B)
+        if loss_kind == "multiclass":
+            logits = stack(X[idx]).reshape(S_ * B, classes, *shape[1:])
+            return M.multiclass_loss(logits, Y[idx].reshape(S_ * B, *shape[1:])).reshape(S_, B).mean(1).sum()
+        logits = stack(X[idx]).reshape(S_ * B, *shape)
+        y, sd = Y[idx].reshape(S_ * B, *shape), SD[idx].reshape(S_ * B, *shape)
         if loss_kind == "dicebce":
-            return (M.dice_loss(logits, Y[idx]) + M.bce_loss(logits, Y[idx])).mean()
-        m = D[idx]
-        if loss_kind == "masl_permuted":
-            m = m[torch.from_numpy(shuffles.permutation(B))]
-        return parts["masl"](M.loss_terms(logits, Y[idx], SD[idx]), m)
+            return (M.dice_loss(logits, y) + M.bce_loss(logits, y)).reshape(S_, B).mean(1).sum()
+        terms = M.loss_terms(logits, y, sd).reshape(S_, B, -1)
+        total = 0.0
+        for s in range(S_):
+            m = D[idx[s]]
+            if loss_kind == "masl_permuted":
+                m = m[torch.from_numpy(shuffles[s].permutation(B))]
+            total = total + masls[s](terms[s], m)
+        return total
 
-    spec = TrainSpec(max_steps=settings.steps, learning_rate=settings.learning_rate, grad_clip=1.0,
+    spec = TrainSpec(max_steps=settings.steps, learning_rate=settings.learning_rate, grad_clip=float(np.sqrt(S_)),
                      warmup_steps=max(1, settings.steps // 10), schedule="cosine", threads=1,
                      log_every=max(1, settings.steps // 4))
     log = fit(container, loss_fn, spec).to_dict()
-    return container.eval(), log
+    nets = stack.unstack(nets)
+    out = []
+    for s in range(S_):
+        parts = {"net": nets[s], **({"masl": masls[s]} if masls else {})}
+        out.append((nn.ModuleDict(parts).eval(), log))
+    return out
 
 
 def build_asset(out_dir: Path, scale: str, seed: int) -> dict:
@@ -128,14 +192,24 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> dict:
     start = time.process_time()
     for i, size in enumerate(st.sizes):
         train = training_set(np.random.default_rng(seed * 1000 + size), st.train_images, size, st)
-        arms = MIXER_ARMS + LOSS_ARMS if i == 0 else ("unet", "s2m")
+        mixers = MIXER_ARMS if st.other_mixers else ("unet", "s2m")
+        arms = mixers + LOSS_ARMS + INSTRUMENT_ARMS if i == 0 else ("unet", "s2m")
+        if i == 0:
+            instruments = S.make_instrument_dataset(np.random.default_rng(seed * 1000 + size + 1), st.instrument_images, size,
+                                                    contrast=st.contrast, noise=st.noise, background=st.background)
         for arm in arms:
             mixer = ARMS[arm][0]
-            for k in range(st.num_seeds):
-                model, log = train_arm(arm, widths[mixer], train, st, seed * 100 + k)
+            data = instruments if arm in INSTRUMENT_ARMS else train
+            seeds = [seed * 100 + k for k in range(st.num_seeds)]
+            if st.stack_seeds:
+                trained = train_arm(arm, widths[mixer], data, st, seeds)
+            else:   # on larger maps grouped convolutions are slower on CPU than one network at a time
+                trained = [pair for k in seeds for pair in train_arm(arm, widths[mixer], data, st, [k])]
+            for k, (model, log) in enumerate(trained):
                 key = f"{size}_{arm}_{k}"
                 torch.save(model.state_dict(), out_dir / f"{key}.pt")
                 info = {"size": size, "arm": arm, "mixer": mixer, "loss": ARMS[arm][1], "width": widths[mixer],
+                        "classes": int(model["net"].head.out_channels),
                         "train_seed": seed * 100 + k, "parameters": L.parameter_count(model["net"]),
                         "flops": L.count_flops(model["net"], size, size), "log": log}
                 if "masl" in model:
@@ -157,8 +231,8 @@ def load_models(path: str | Path) -> tuple[dict, dict]:
     st = meta["settings"]
     models: dict = {}
     for key, info in sorted(meta["models"].items(), key=lambda kv: (kv[1]["size"], kv[1]["arm"], kv[1]["train_seed"])):
-        parts = {"net": L.TinyUNet(info["width"], info["mixer"], st["modes"], st["gate_dim"])}
-        if info["loss"] != "dicebce":
+        parts = {"net": L.TinyUNet(info["width"], info["mixer"], st["modes"], st["gate_dim"], classes=info.get("classes", 1))}
+        if info["loss"] not in ("dicebce", "multiclass"):
             parts["masl"] = M.MASL(np.zeros(4), np.ones(4), floor=0.0)
         container = nn.ModuleDict(parts)
         container.load_state_dict(torch.load(path / f"{key}.pt", map_location="cpu", weights_only=True))
@@ -217,6 +291,7 @@ class Result:
     timing: dict = field(default_factory=dict)       # 'attention' / 'sstm' -> (sizes, median seconds)
     checks: dict = field(default_factory=dict)       # implementation checks' numbers
     symbolic: dict = field(default_factory=dict)
+    instrument: dict = field(default_factory=dict)   # arm -> (seeds, n_test, 2) Dice of shaft, tip (points)
 
 
 def predict(container: nn.Module, images: np.ndarray, batch: int = 32) -> np.ndarray:
@@ -229,11 +304,20 @@ def predict(container: nn.Module, images: np.ndarray, batch: int = 32) -> np.nda
 
 
 def evaluate(container: nn.Module, test: dict) -> dict:
-    """Per test image: Dice, clDice (points, x100) and Betti-0 error."""
+    """Per test image: Dice, clDice (points, x100), Betti-0 error and HD95 (pixels)."""
     pred, gt = predict(container, test["images"]), test["masks"][:, 0] > 0.5
     return {"dice": 100 * np.array([M.dice_score(p, g) for p, g in zip(pred, gt)]),
             "cldice": 100 * np.array([M.cldice_score(p, g) for p, g in zip(pred, gt)]),
-            "betti0": np.array([M.betti0_error(p, g) for p, g in zip(pred, gt)], float)}
+            "betti0": np.array([M.betti0_error(p, g) for p, g in zip(pred, gt)], float),
+            "hd95": np.array([M.hd95(p, g) for p, g in zip(pred, gt)])}
+
+
+def evaluate_instruments(container: nn.Module, test: dict) -> np.ndarray:
+    """Per test image, hard Dice (points) of the shaft and of the tip (argmax of the 3 logits), (n, 2)."""
+    with torch.no_grad():
+        pred = container["net"](torch.from_numpy(test["images"])).argmax(1).numpy()
+    k = len(S.INSTRUMENT_CLASSES)
+    return 100 * np.stack([M.multiclass_dice_scores(p, g, k) for p, g in zip(pred, test["labels"])])
 
 
 def deciding_seed(estimates: dict, threshold: float) -> tuple:
@@ -288,7 +372,7 @@ def run(config: Config, models: dict, asset_meta: dict) -> Result:
         test = S.make_dataset(np.random.default_rng([config.seed, size]), 3 * config.test_per_family, size, **render)
         result.tests[size], result.families[size] = test, test["family"]
         for (s, arm), containers in models.items():
-            if s != size:
+            if s != size or arm in INSTRUMENT_ARMS:
                 continue
             per = [evaluate(c, test) for c in containers]
             result.metrics[(size, arm)] = {k: np.stack([p[k] for p in per]) for k in per[0]}
@@ -297,6 +381,15 @@ def run(config: Config, models: dict, asset_meta: dict) -> Result:
             if "weights_by_family" in info:
                 result.masl_weights[arm] = [v["weights_by_family"] for v in asset_meta["models"].values()
                                             if v["size"] == size and v["arm"] == arm]
+    # -- the 3-class instrument variant (first size only)
+    size0 = st["sizes"][0]
+    itest = S.make_instrument_dataset(np.random.default_rng([config.seed, size0, 3]), config.test_per_family, size0, **render)
+    result.tests["instruments"] = itest
+    for arm in INSTRUMENT_ARMS:
+        if (size0, arm) in models:
+            result.instrument[arm] = np.stack([evaluate_instruments(c, itest) for c in models[(size0, arm)]])
+            info = next(v for v in asset_meta["models"].values() if v["size"] == size0 and v["arm"] == arm)
+            result.params[(size0, arm)], result.flops[(size0, arm)] = info["parameters"], info["flops"]
     # -- spectral concentration
     side, modes = config.energy_size, config.energy_modes
     images = real_images(side)
@@ -375,13 +468,23 @@ def measurements(result: Result) -> dict:
         out[f"unet_headroom_{size}"] = mean_interval(unet / 100, unit="trained models") if len(unet) > 1 else None
         out[f"flop_ratio_{size}"] = result.flops[(size, "s2m")] / result.flops[(size, "unet")]
     size0 = st["sizes"][0]
+    if all(a in result.instrument for a in INSTRUMENT_ARMS):
+        s2m_i, unet_i = (result.instrument[a].mean(2) for a in ("s2m_3class", "unet_3class"))   # (seeds, n)
+        est = {f"seed {k}": paired_difference(s2m_i[k], unet_i[k], unit="test images") for k in range(len(s2m_i))}
+        out["instrument_s2m_vs_unet"], out["instrument_s2m_vs_unet_all"] = deciding_seed(est, -0.5), est
+        out["instrument_headroom"] = mean_interval(unet_i.mean(1) / 100, unit="trained models")
+        out["instrument_table"] = [{"arm": LABELS[a], "parameters": result.params[(size0, a)],
+                                    "MFLOPs": result.flops[(size0, a)] / 1e6,
+                                    **{f"dice {c}": float(result.instrument[a][:, :, j].mean())
+                                       for j, c in enumerate(S.INSTRUMENT_CLASSES[1:])},
+                                    "dice mean": float(result.instrument[a].mean())} for a in INSTRUMENT_ARMS]
     out["masl_vs_dicebce"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m", "cldice", "vessels"), 0.0)
     out["masl_vs_permuted"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m_masl_permuted", "cldice", "vessels"), 0.0)
     out["masl_vs_fixed5"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m_fixed5", "cldice", "vessels"), 0.0)
     out["masl_ellipse_dice"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m", "dice", "ellipses"), -1.0)
     base = result.metrics[(size0, "s2m")]["cldice"][:, result.families[size0] == 0].mean(1)
     out["masl_headroom"] = mean_interval(base / 100, unit="trained models")
-    params = {arm: p for (s, arm), p in result.params.items() if s == size0}
+    params = {arm: p for (s, arm), p in result.params.items() if s == size0 and arm not in INSTRUMENT_ARMS}
     out["param_spread"] = max(abs(p / params["s2m"] - 1) for p in params.values())
     k = cfg.energy_modes.index(cfg.headline_modes)
     out["energy_photos"] = min(result.energy[n][k] for n in ("photo: china", "photo: flower"))

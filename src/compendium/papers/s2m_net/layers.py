@@ -175,10 +175,11 @@ class TinyUNet(nn.Module):
     gate_dim : int
         d of the SSTM gate.
 
-    Input (B, 1, H, W) with H, W divisible by 8; output logits (B, 1, H, W).
+    Input (B, 1, H, W) with H, W divisible by 8; output logits (B, classes, H, W) (``classes`` = 1:
+    one binary logit; 3 for the instrument variant).
     """
 
-    def __init__(self, width: int, mixer: str = "none", modes: int = 8, gate_dim: int = 16):
+    def __init__(self, width: int, mixer: str = "none", modes: int = 8, gate_dim: int = 16, classes: int = 1):
         super().__init__()
         w1, w2, w3 = width, 2 * width, 4 * width
         self.width, self.mixer_kind, self.modes, self.gate_dim = width, mixer, modes, gate_dim
@@ -187,7 +188,7 @@ class TinyUNet(nn.Module):
         self.bottleneck = ConvBlock(w3, w3)
         self.mix4 = make_mixer(mixer, w3, modes, gate_dim)
         self.dec3, self.dec2, self.dec1 = ConvBlock(2 * w3, w2), ConvBlock(2 * w2, w1), ConvBlock(2 * w1, w1)
-        self.head = nn.Conv2d(w1, 1, 1)
+        self.head = nn.Conv2d(w1, classes, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] % 8 or x.shape[-2] % 8:

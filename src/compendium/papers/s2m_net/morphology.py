@@ -32,7 +32,8 @@ from torch import nn
 
 __all__ = ["DESCRIPTORS", "LOSSES", "descriptors", "dice_loss", "bce_loss", "focal_loss", "boundary_loss",
            "soft_skeleton", "soft_cldice_loss", "loss_terms", "MASL", "morphology_prior", "dice_score",
-           "cldice_score", "betti0_error"]
+           "cldice_score", "betti0_error", "boundary_pixels", "hd95",
+           "multiclass_loss", "multiclass_dice_scores"]
 
 DESCRIPTORS = ("compactness", "tubularity", "irregularity", "scale")
 LOSSES = ("dice", "bce", "focal", "boundary", "cldice")
@@ -186,3 +187,41 @@ def betti0_error(pred, target) -> int:
     """|number of 8-connected components of pred - that of target|."""
     eight = np.ones((3, 3), int)
     return abs(int(ndi.label(np.asarray(pred, bool), eight)[1]) - int(ndi.label(np.asarray(target, bool), eight)[1]))
+
+
+def boundary_pixels(mask) -> np.ndarray:
+    """The mask's pixels with a 4-neighbour outside it (the image edge counts as outside)."""
+    m = np.asarray(mask, bool)
+    return m & ~ndi.binary_erosion(m, structure=ndi.generate_binary_structure(2, 1), border_value=0)
+
+
+def hd95(pred, target) -> float:
+    """95th-percentile symmetric Hausdorff distance (pixels) between the boundaries of two masks:
+    the larger of the two directed 95th percentiles of boundary-to-boundary Euclidean distances
+    (each from ``scipy.ndimage.distance_transform_edt``). 0 when both masks are empty; the image
+    diagonal when exactly one is (the largest distance the image allows)."""
+    p, g = np.asarray(pred, bool), np.asarray(target, bool)
+    bp, bg = boundary_pixels(p), boundary_pixels(g)
+    if not bp.any() and not bg.any():
+        return 0.0
+    if not bp.any() or not bg.any():
+        return float(np.hypot(*p.shape))
+    to_g = ndi.distance_transform_edt(~bg)[bp]      # distance of each pred boundary pixel to g's boundary
+    to_p = ndi.distance_transform_edt(~bp)[bg]
+    return float(max(np.percentile(to_g, 95), np.percentile(to_p, 95)))
+
+
+def multiclass_loss(logits, labels, eps: float = 1.0):
+    """Per sample (B,): cross-entropy plus the mean soft Dice loss of the foreground classes
+    (logits (B, C, H, W), integer labels (B, H, W))."""
+    ce = F.cross_entropy(logits, labels, reduction="none").flatten(1).mean(1)
+    p = torch.softmax(logits, 1)[:, 1:]
+    onehot = F.one_hot(labels, logits.shape[1]).permute(0, 3, 1, 2)[:, 1:].to(p.dtype)
+    inter, total = (p * onehot).flatten(2).sum(-1), (p + onehot).flatten(2).sum(-1)
+    return ce + (1 - (2 * inter + eps) / (total + eps)).mean(1)
+
+
+def multiclass_dice_scores(pred, labels, classes: int) -> np.ndarray:
+    """Hard Dice of each foreground class 1..classes-1 (1 where a class is absent from both)."""
+    p, g = np.asarray(pred), np.asarray(labels)
+    return np.array([dice_score(p == c, g == c) for c in range(1, classes)])
