@@ -149,3 +149,39 @@ def test_tiny_pretrain_and_run():
     assert res.auroc["style_b"].shape == (2, 2) and np.all(res.demo_accuracy == 1.0)
     m = paper.measurements(res)
     assert m["forgetting_gap"].n == 2 and 0 <= m["count_forgetting"] <= 2
+
+
+def test_fused_activation_equals_gelu_new(tiny_model):
+    """The config's fused tanh-GELU computes GPT-2's default ``gelu_new`` up to float rounding."""
+    from transformers.activations import ACT2FN
+
+    assert tiny_model.config.activation_function == "gelu_pytorch_tanh"
+    x = torch.linspace(-8, 8, 2001)
+    assert torch.allclose(ACT2FN["gelu_pytorch_tanh"](x), ACT2FN["gelu_new"](x), atol=1e-6)
+    ids = torch.as_tensor(task.plain_prompt(task.problems(8, 3, np.random.default_rng(5))))
+    with torch.no_grad():
+        fused = tiny_model(input_ids=ids).logits
+        for block in tiny_model.transformer.h:
+            block.mlp.act = ACT2FN["gelu_new"]
+        try:
+            plain = tiny_model(input_ids=ids).logits
+        finally:
+            for block in tiny_model.transformer.h:
+                block.mlp.act = ACT2FN["gelu_pytorch_tanh"]
+    assert torch.allclose(fused, plain, atol=1e-5)
+
+
+def test_rft_keeps_one_correct_sample_per_solved_problem(tiny_model):
+    from compendium.papers.on_policy_sft.experiment import rft_data
+
+    ops = task.problems(200, 3, np.random.default_rng(6), task.IN_RANGE)
+    kept_ops, kept = rft_data(tiny_model, ops, np.random.default_rng(7), 3)
+    assert kept.shape == (len(kept_ops), 6) and 0 < len(kept_ops) <= len(ops)
+    assert np.array_equal(task.parse_answer(kept), task.answers(kept_ops))
+    # at most one sample per problem: the kept rows are distinct problems of the input
+    from collections import Counter
+
+    given, got = Counter(map(tuple, ops.tolist())), Counter(map(tuple, kept_ops.tolist()))
+    assert all(got[r] <= given[r] for r in got)
+    none_ops, none = rft_data(tiny_model, ops[:0], np.random.default_rng(7), 3)
+    assert none_ops.shape == (0, 3) and none.shape == (0, 6)
