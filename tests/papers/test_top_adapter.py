@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from compendium.papers.top_adapter import SHAPES, fps, group, random_se3, sample_shape, simplex_features, triangle_area
+from compendium.papers.top_adapter import (SHAPES, fan_triangles, fps, group, random_se3, sample_shape,
+                                          simplex_features, triangle_area)
 
 
 def test_fps_on_a_line_starts_and_continues_at_the_far_ends():
@@ -51,6 +52,22 @@ def test_tau_is_invariant_to_rigid_motion_permutation_and_scale():
     ts = simplex_features(s, group(s, 12, 8)[1], (8,)).mean(1)
     td = simplex_features(d, group(d, 12, 8)[1], (8,)).mean(1)
     assert float((ts - td).abs().max()) > 0.05
+
+
+def test_drawn_fan_triangles_are_the_ones_tau_measures():
+    rng = np.random.default_rng(3)
+    cloud = torch.tensor(sample_shape("torus", 256, rng))[None]
+    centers = group(cloud, 10, 8)[1]
+    tri = fan_triangles(cloud, centers, 8)
+    assert tri.shape == (1, 10, 8, 3, 3)
+    assert torch.equal(tri[..., 0, :], centers[:, :, None].expand(-1, -1, 8, -1))   # every fan starts at its centre
+    assert torch.allclose(tri[..., 2, :], tri[..., 1, :].roll(-1, dims=2))          # and closes around it
+    # tau's mean 2-simplex area (feature 15 of the scale's 18, in units of the mean neighbour distance)
+    rel = tri[..., 1, :] - tri[..., 0, :]
+    s = rel.norm(dim=-1).mean(-1)
+    area = triangle_area(tri[..., 0, :], tri[..., 1, :], tri[..., 2, :]).mean(-1) / s ** 2
+    tau = simplex_features(cloud, centers, scales=(8,))
+    torch.testing.assert_close(area, tau[..., 15], rtol=1e-5, atol=1e-7)
 
 
 def test_every_shape_samples():

@@ -24,9 +24,9 @@ from .adapter import GeometricController, TopoTransfer
 from .backbone import PointBackbone, chamfer_l2, pretrain, superquadric
 from .experiment import ASSET_NAME, CONFUSABLE, Config, Result, build_asset, kernel_check, load_backbone, run
 from .methods import METHODS, PEFT, DynamicPrompts, Tuned, budget_ranks, finetune, trainable
-from .points import fps, group, random_se3, sample_shape, SHAPES, simplex_features, triangle_area
+from .points import fan_triangles, fps, group, random_se3, sample_shape, SHAPES, simplex_features, triangle_area
 
-__all__ = ["ASSET_NAME", "CONFUSABLE", "Config", "DynamicPrompts", "GeometricController", "METHODS", "PEFT", "PointBackbone", "Result",
+__all__ = ["ASSET_NAME", "CONFUSABLE", "Config", "DynamicPrompts", "fan_triangles", "GeometricController", "METHODS", "PEFT", "PointBackbone", "Result",
            "TopoTransfer", "Tuned", "budget_ranks", "build_asset", "chamfer_l2", "finetune", "fps", "group", "kernel_check",
            "load_backbone", "pretrain", "random_se3", "run", "sample_shape", "SHAPES", "simplex_features",
            "superquadric", "trainable", "triangle_area"]

@@ -120,6 +120,34 @@ def triangle_area(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Te
     return 0.5 * torch.linalg.cross(b - a, c - a, dim=-1).norm(dim=-1)
 
 
+def _angular_ring(rel: torch.Tensor, evecs: torch.Tensor) -> torch.Tensor:
+    """Neighbours rel (B, G, k, 3) ordered by their angle in the plane of the first two principal
+    axes (evecs (B, G, 3, 3), columns by descending eigenvalue): the fan of 2-simplices
+    (centre, n_i, n_{i+1}) that tau's triangle features and :func:`fan_triangles` use."""
+    x = (rel * evecs[..., None, :, 0]).sum(-1)
+    y = (rel * evecs[..., None, :, 1]).sum(-1)
+    order = torch.atan2(y, x).argsort(-1)
+    return rel.gather(2, order[..., None].expand_as(rel))
+
+
+def fan_triangles(points: torch.Tensor, centers: torch.Tensor, k: int = 8) -> torch.Tensor:
+    """The 2-simplices of tau at scale k, as vertices (B, G, k, 3, 3): (centre, n_i, n_{i+1}).
+
+    The same neighbourhoods, normalisation and angular order as :func:`simplex_features` (for the
+    figure of a cloud with its triangles, and to test that the drawn triangles are the measured ones).
+    """
+    idx, _ = knn(points, centers, k + 1)                              # the centre is its own nearest point
+    B = idx.shape[0]
+    rel = points[torch.arange(B)[:, None, None], idx[..., 1:]] - centers[:, :, None]
+    s = rel.norm(dim=-1).mean(-1, keepdim=True).clamp_min(1e-12)
+    unit = rel / s[..., None]
+    cov = torch.einsum("bgki,bgkj->bgij", unit, unit) / unit.shape[2]
+    _, evecs = torch.linalg.eigh(cov.double())
+    ring = _angular_ring(unit, evecs.flip(-1).to(unit.dtype)) * s[..., None]
+    c = centers[:, :, None].expand_as(ring)
+    return torch.stack([c, c + ring, c + ring.roll(-1, dims=2)], dim=-2)
+
+
 def _scale_features(rel: torch.Tensor) -> torch.Tensor:
     """rel (B, G, k, 3): neighbours minus their centre (the centre itself, at 0, excluded) -> (B, G, 18)."""
     length = rel.norm(dim=-1)                                         # 1-simplices centre-neighbour
@@ -136,10 +164,7 @@ def _scale_features(rel: torch.Tensor) -> torch.Tensor:
                         for lo in np.arange(8) * 0.375], -1)
     f1 = torch.cat([length.std(-1, keepdim=True), hist], -1)
     # 2-simplices: neighbours ordered by angle in the tangent plane (first two principal axes)
-    x = (rel * evecs[..., None, :, 0]).sum(-1)
-    y = (rel * evecs[..., None, :, 1]).sum(-1)
-    order = torch.atan2(y, x).argsort(-1)
-    ring = rel.gather(2, order[..., None].expand_as(rel))
+    ring = _angular_ring(rel, evecs)
     nxt = ring.roll(-1, dims=2)
     cr = torch.linalg.cross(ring, nxt, dim=-1)                        # triangle (0, n_i, n_{i+1})
     area = 0.5 * cr.norm(dim=-1)
