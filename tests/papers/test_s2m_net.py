@@ -245,6 +245,9 @@ def test_instrument_variant():
     lab = torch.from_numpy(d["labels"])
     perfect = 50.0 * torch.nn.functional.one_hot(lab, 3).permute(0, 3, 1, 2).float()
     assert paper.multiclass_loss(perfect, lab).max() < 1e-3
+    assert paper.multiclass_loss(perfect, lab, class_weight=torch.tensor([0.1, 1.0, 2.0])).max() < 1e-3
+    uniform = torch.zeros(4, 3, 32, 32)
+    assert torch.allclose(paper.multiclass_loss(uniform, lab, class_weight=torch.ones(3)), paper.multiclass_loss(uniform, lab))
     assert (paper.multiclass_loss(torch.zeros(4, 3, 32, 32), lab) > 0.5).all()
     assert np.allclose(paper.multiclass_dice_scores(d["labels"][0], d["labels"][0], 3), 1.0)
     assert np.allclose(paper.multiclass_dice_scores(np.zeros((32, 32), int), d["labels"][0], 3), 0.0)

@@ -52,7 +52,7 @@ Small-scale deviations
 - Every arm trains at the first size (32 px at smoke, 96 px at full); at 128 px (full) only the
   plain U-Net and S2M-toy, which the mixer claim compares.
 - The multi-class variant is a drawn instrument (shaft + tip, 3 classes), trained for the plain
-  U-Net and S2M-toy at the first size with cross-entropy + foreground soft Dice; HD95
+  U-Net and S2M-toy at the first size with class-weighted cross-entropy + foreground soft Dice; HD95
   (``morphology.hd95``, scipy distance transforms) is reported, not decided on.
 """
 

@@ -131,6 +131,9 @@ def train_arm(arm: str, width: int, train: dict, settings: AssetSettings, train_
     classes = len(S.INSTRUMENT_CLASSES) if loss_kind == "multiclass" else 1
     if loss_kind == "multiclass":   # the instrument images: integer labels, no descriptors
         X, Y = torch.from_numpy(train["images"]), torch.from_numpy(train["labels"])
+        freq = np.bincount(train["labels"].ravel(), minlength=classes) / train["labels"].size
+        inv = 1.0 / np.maximum(freq, 1e-6)   # inverse class frequency, scaled to sum to the class count
+        class_weight = torch.tensor(classes * inv / inv.sum(), dtype=torch.float32)
     else:
         X, Y, SD = (torch.from_numpy(train[k]) for k in ("images", "masks", "sdf"))
         D = torch.from_numpy(train["descriptors"]).float()
@@ -153,7 +156,8 @@ def train_arm(arm: str, width: int, train: dict, settings: AssetSettings, train_
         idx = torch.from_numpy(np.stack([g.integers(0, n, B) for g in batches]))          # (S, B)
         if loss_kind == "multiclass":
             logits = stack(X[idx]).reshape(S_ * B, classes, *shape[1:])
-            return M.multiclass_loss(logits, Y[idx].reshape(S_ * B, *shape[1:])).reshape(S_, B).mean(1).sum()
+            return M.multiclass_loss(logits, Y[idx].reshape(S_ * B, *shape[1:]),
+                                     class_weight=class_weight).reshape(S_, B).mean(1).sum()
         logits = stack(X[idx]).reshape(S_ * B, *shape)
         y, sd = Y[idx].reshape(S_ * B, *shape), SD[idx].reshape(S_ * B, *shape)
         if loss_kind == "dicebce":

@@ -211,10 +211,10 @@ def hd95(pred, target) -> float:
     return float(max(np.percentile(to_g, 95), np.percentile(to_p, 95)))
 
 
-def multiclass_loss(logits, labels, eps: float = 1.0):
-    """Per sample (B,): cross-entropy plus the mean soft Dice loss of the foreground classes
-    (logits (B, C, H, W), integer labels (B, H, W))."""
-    ce = F.cross_entropy(logits, labels, reduction="none").flatten(1).mean(1)
+def multiclass_loss(logits, labels, eps: float = 1.0, class_weight=None):
+    """Per sample (B,): cross-entropy (weighted per class by ``class_weight`` (C,), if given) plus
+    the mean soft Dice loss of the foreground classes (logits (B, C, H, W), labels (B, H, W))."""
+    ce = F.cross_entropy(logits, labels, weight=class_weight, reduction="none").flatten(1).mean(1)
     p = torch.softmax(logits, 1)[:, 1:]
     onehot = F.one_hot(labels, logits.shape[1]).permute(0, 3, 1, 2)[:, 1:].to(p.dtype)
     inter, total = (p * onehot).flatten(2).sum(-1), (p + onehot).flatten(2).sum(-1)
