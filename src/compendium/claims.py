@@ -66,6 +66,8 @@ __all__ = [
     "is_true",
     "is_false",
     "simplifies_to",
+    "either",
+    "on_point",
     "p_value_above",
     "p_value_below",
     "SCHEMA_VERSION",
@@ -121,6 +123,10 @@ class Criterion:
     def evaluate(self, measured: Any) -> bool:
         """Whether ``measured`` satisfies the criterion (NaN and inf never pass a bound)."""
         op, args = self.op, self.args
+        if op == "either":
+            return any(c.evaluate(measured) for c in args)
+        if op == "on_point":
+            return args[0].evaluate(measured.point if isinstance(measured, Estimate) else measured)
         if op in ("is_true", "is_false"):
             if not isinstance(measured, bool) and type(measured).__name__ not in ("bool_", "bool"):
                 raise ValueError(f"criterion '{self.text}' needs a boolean measurement, got {measured!r}")
@@ -159,6 +165,13 @@ class Criterion:
         An estimate passes when every value of its interval satisfies the criterion, fails when
         every value violates it, and is inconclusive when the interval straddles the boundary.
         """
+        if self.op == "either":
+            verdicts = [c.decide(measured) for c in self.args]
+            if "pass" in verdicts:
+                return "pass"
+            return "fail" if all(v == "fail" for v in verdicts) else "inconclusive"
+        if self.op == "on_point":
+            return self.args[0].decide(measured.point if isinstance(measured, Estimate) else measured)
         if not isinstance(measured, Estimate):
             return "pass" if self.evaluate(measured) else "fail"
         lo, hi = measured.low, measured.high
@@ -185,7 +198,8 @@ class Criterion:
         return "pass" if all_ok else ("fail" if none_ok else "inconclusive")
 
     def to_dict(self) -> dict:
-        return {"op": self.op, "args": [_jsonable(a) for a in self.args], "text": self.text}
+        return {"op": self.op, "args": [a.to_dict() if isinstance(a, Criterion) else _jsonable(a) for a in self.args],
+                "text": self.text}
 
 
 def at_most(bound: float) -> Criterion:
@@ -246,6 +260,22 @@ def is_true() -> Criterion:
 def is_false() -> Criterion:
     """Pass when a computed boolean is False."""
     return Criterion("is_false", (), "is False")
+
+
+def on_point(criterion: Criterion) -> Criterion:
+    """Apply ``criterion`` to an estimate's point value, not its interval (pass or fail, never
+    inconclusive): for a rule stated on the point, such as "rho <= -0.5"."""
+    if not isinstance(criterion, Criterion) or criterion.op in ("either", "on_point"):
+        raise ValueError(f"on_point needs a simple criterion such as at_most(-0.5), got {criterion!r}")
+    return Criterion("on_point", (criterion,), f"point {criterion.text}")
+
+
+def either(*criteria: Criterion) -> Criterion:
+    """Pass when any of ``criteria`` passes, fail when all fail, inconclusive otherwise: for a rule
+    stated with "or", such as "p < 0.05 or rho <= -0.5" = ``either(less_than(0), on_point(at_most(-0.5)))``."""
+    if len(criteria) < 2 or not all(isinstance(c, Criterion) for c in criteria):
+        raise ValueError("either needs two or more criteria built with the helpers")
+    return Criterion("either", tuple(criteria), " or ".join(c.text for c in criteria))
 
 
 def simplifies_to(value: Any = 0) -> Criterion:

@@ -325,7 +325,8 @@ def scale_differences(rows: dict, other_claims: str | Path) -> list | None:
 
     ``rows``: ``{id: (verdict, measured)}`` of this run (for example the other scale's run of the
     same chapter); returns ``[(id, verdict here, verdict there, point here, point there)]`` in
-    ``rows`` order, not_checkable rows and ids missing there skipped. A chapter's Limits glue
+    ``rows`` order; rows not_checkable on either side (a part run at one scale only) and ids
+    missing there skipped. A chapter's Limits glue
     :func:`describe_differences` of it, so what they say about the scales stays true at any run."""
     path = Path(other_claims)
     if not path.is_file():
@@ -334,7 +335,7 @@ def scale_differences(rows: dict, other_claims: str | Path) -> list | None:
     out = []
     for cid, (verdict, measured) in rows.items():
         o = other.get(cid)
-        if o is None or verdict == "not_checkable" or o["verdict"] == verdict:
+        if o is None or "not_checkable" in (verdict, o["verdict"]) or o["verdict"] == verdict:
             continue
         out.append((cid, verdict, o["verdict"], _point(measured), _point(o.get("measured"))))
     return out

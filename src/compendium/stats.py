@@ -19,7 +19,7 @@ import scipy.stats
 __all__ = [
     "Estimate", "TostResult", "bootstrap_interval", "clopper_pearson", "cluster_bootstrap", "flip_probability",
     "holm", "jackknife_se", "loglog_slope", "loglog_slope_by_replicate", "mantel_spearman", "mean_interval",
-    "paired_difference", "sign_test", "spearman", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
+    "paired_difference", "sign_test", "spearman", "spearman_difference", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
 ]
 
 
@@ -903,6 +903,63 @@ def spearman(x, y, *, level: float = 0.90, unit: str, alternative: str = "greate
     est = Estimate(rho, math.tanh(centre - z), math.tanh(centre + z), lv, unit, n,
                    "Spearman rho, Fisher-z interval (se^2 = 1.06 / (n - 3))")
     return est, float(res.pvalue)
+
+
+def spearman_difference(x1, y1, x2, y2, *, level: float = 0.90, unit: str, rng, resamples: int = 2000) -> Estimate:
+    """Bootstrap interval of ``rho(x1, y1) - rho(x2, y2)``, two Spearman correlations over two
+    independent sets of units (two groups of trained models).
+
+    Each group is resampled with replacement within itself (a stratified bootstrap), ``resamples``
+    times; a resample in which either correlation is undefined (a constant variable) is dropped,
+    and the count of kept resamples is in ``method``. The interval is the percentile interval of
+    the kept draws; ``point`` is the difference on the data.
+
+    Parameters
+    ----------
+    x1, y1 : array_like, shape (n1,)
+        The first group's paired values, ``n1 >= 5``.
+    x2, y2 : array_like, shape (n2,)
+        The second group's, ``n2 >= 5``.
+    level : float
+        Two-sided coverage (0.90: a one-sided test at 0.05).
+    unit : str
+        What one unit is.
+    rng : numpy.random.Generator or int
+        Explicit generator or seed.
+    resamples : int
+        Bootstrap resamples per group.
+    """
+    groups = []
+    for name, (x, y) in (("first", (x1, y1)), ("second", (x2, y2))):
+        a, b = _values(x, f"x of the {name} group", minimum=5), _values(y, f"y of the {name} group", minimum=5)
+        if a.shape != b.shape:
+            raise ValueError(f"the {name} group needs x and y of one length, got {a.size} and {b.size}")
+        if np.ptp(a) == 0 or np.ptp(b) == 0:
+            raise ValueError(f"the {name} group has a constant variable: its Spearman correlation is undefined")
+        groups.append((a, b))
+    lv, rng, resamples = _level(level), _generator(rng), _resamples(resamples)
+
+    def rho_rows(a, b, index):
+        ra = scipy.stats.rankdata(a[index], axis=1)
+        rb = scipy.stats.rankdata(b[index], axis=1)
+        ra -= ra.mean(1, keepdims=True)
+        rb -= rb.mean(1, keepdims=True)
+        den = np.sqrt((ra**2).sum(1) * (rb**2).sum(1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, (ra * rb).sum(1) / den, np.nan)
+
+    draws = []
+    for a, b in groups:
+        draws.append(rho_rows(a, b, rng.integers(0, a.size, (resamples, a.size))))
+    diff = draws[0] - draws[1]
+    diff = diff[np.isfinite(diff)]
+    if diff.size < 2:
+        raise ValueError("fewer than two bootstrap resamples gave defined correlations")
+    point = float(scipy.stats.spearmanr(*groups[0]).statistic - scipy.stats.spearmanr(*groups[1]).statistic)
+    alpha = (1 - lv) / 2
+    low, high = _quantiles(diff, [alpha, 1 - alpha])
+    return Estimate(point, low, high, lv, unit, int(groups[0][0].size + groups[1][0].size),
+                    f"difference of Spearman rhos, stratified percentile bootstrap, {diff.size} of {resamples} resamples defined")
 
 
 def mantel_spearman(a_blocks, b_blocks, *, rng, permutations: int = 2000, alternative: str = "greater") -> tuple[float, float]:

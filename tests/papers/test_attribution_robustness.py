@@ -280,3 +280,145 @@ def test_scales_train_the_issue_grid_and_smoke_fewer_epochs():
     assert {k: v for k, v in vars(smoke).items() if k != "epochs"} == {k: v for k, v in vars(full).items() if k != "epochs"}
     with pytest.raises(ValueError):
         paper.settings_for("medium")
+
+
+# ------------------------------------------------------------------------------- the attention part
+def _attention_settings(**kw):
+    base = dict(epochs=2, num_train=96, num_val=48, num_test=48, learning_rates=(0.05, 0.2), batch_sizes=(16,),
+                num_seeds=2)
+    base.update(kw)
+    return paper.AttentionSettings(**base)
+
+
+def test_key_token_task_labels_are_the_majority_class():
+    s = _attention_settings()
+    data = paper.key_token_task(s, 0)
+    for split in ("train", "val", "test"):
+        tok, y = data[f"tokens_{split}"] - 1, data[f"y_{split}"]
+        assert tok.shape == (len(y), s.length)
+        cls_of_key = np.where(tok < 2 * s.classes, tok // 2, -1)
+        counts = np.stack([(cls_of_key == c).sum(1) for c in range(s.classes)], 1)
+        assert (counts.argmax(1) == y).all() and (counts.max(1) == s.keys).all() and (counts.sum(1) == s.keys + 1).all()
+    assert data["table"].shape == (2 * s.classes + s.distractors + 1, s.dim)
+    with pytest.raises(ValueError):
+        paper.key_token_task(_attention_settings(keys=16), 0)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "kernel"])
+def test_attention_stack_equals_a_loop_and_maps_are_distributions(kind):
+    # the stacked einsum model equals a per-model, per-head loop written with plain matrix products
+    s = _attention_settings()
+    params = paper.attention.init_attention_stack([0, 1, 2], s)
+    x = torch.randn(5, s.length + 1, s.dim)
+    logits = paper.attention.forward(params, x, kind, s.heads)
+    amap = paper.attention_map(params, x, kind, s.heads)
+    assert torch.allclose(amap.sum(-1) + paper.attention.attention_weights(
+        params, x.expand(3, *x.shape), kind, s.heads)[0].mean(2)[..., 0], torch.ones(3, 5), atol=1e-5)
+    dh = s.dim // s.heads
+    for m in range(3):
+        Wq, Wk, Wv, Wo, W1, b1, W2, b2 = (p[m] for p in params)
+        for n in range(5):
+            q, k, v = x[n, 0] @ Wq, x[n] @ Wk, x[n] @ Wv
+            heads, maps = [], []
+            for h in range(s.heads):
+                qh, kh, vh = q[h * dh:(h + 1) * dh], k[:, h * dh:(h + 1) * dh], v[:, h * dh:(h + 1) * dh]
+                if kind == "softmax":
+                    a = torch.softmax(kh @ qh / dh ** 0.5, 0)
+                else:
+                    w = (torch.nn.functional.elu(kh) + 1) @ (torch.nn.functional.elu(qh) + 1)
+                    a = w / w.sum()
+                maps.append(a)
+                heads.append(a @ vh)
+            hid = x[n, 0] + torch.cat(heads) @ Wo
+            out = torch.nn.functional.gelu(hid @ W1 + b1) @ W2 + b2
+            assert torch.allclose(out, logits[m, n], atol=1e-5)
+            assert torch.allclose(torch.stack(maps).mean(0)[1:], amap[m, n], atol=1e-6)
+    with pytest.raises(ValueError):
+        paper.attention.forward(params, x, "linear", s.heads)
+
+
+def test_attention_training_learns_and_equals_separate_training():
+    s = _attention_settings(epochs=3)
+    data = paper.key_token_task(s, 0)
+    x, y = paper.attention.embed(data, "train"), torch.as_tensor(data["y_train"])
+    both, loss = paper.train_attention_stack(x, y, [0.1, 0.2], [4, 5], 16, 3, "softmax", s)
+    one, _ = paper.train_attention_stack(x, y, [0.2], [5], 16, 3, "softmax", s)
+    for a, b in zip(both, one):
+        assert torch.allclose(a[1:], b, atol=1e-5)
+    longer, loss30 = paper.train_attention_stack(x, y, [0.2], [5], 16, 30, "softmax", s)
+    assert loss30[0] < loss[1] and loss30[0] < 0.7 * np.log(s.classes)
+
+
+def test_attention_attack_beats_random_holds_the_label_and_stays_in_the_ball():
+    s = _attention_settings()
+    data = paper.key_token_task(s, 1)
+    x, y = paper.attention.embed(data, "train"), torch.as_tensor(data["y_train"])
+    params, _ = paper.train_attention_stack(x, y, [0.2], [0], 16, 20, "kernel", s)
+    xt = paper.attention.embed(data, "test").unsqueeze(0)
+    yt = torch.as_tensor(data["y_test"]).unsqueeze(0)
+    out = paper.attention_attack(params, xt, yt, "kernel", s.heads, k=3, eps=0.3, steps=10)
+    d = out["delta"]
+    assert d.abs().max() <= 0.3 + 1e-6 and d[:, :, 0].abs().max() == 0
+    kept = out["intersection"] < 1
+    pred0 = paper.attention.forward(params, xt, "kernel", s.heads).argmax(-1)
+    pred1 = paper.attention.forward(params, xt + d, "kernel", s.heads).argmax(-1)
+    assert (pred0 == pred1)[kept].all()
+    rnd = xt + paper.random_perturbation(xt, 0.3, torch.Generator().manual_seed(0), box=None) * (
+        torch.arange(xt.shape[2]) > 0).view(1, 1, -1, 1)
+    r = paper.topk_intersection(paper.attention_map(params, rnd, "kernel", s.heads), out["clean_map"], 3)
+    assert out["intersection"].mean() < r.mean()
+
+
+def test_attention_measurements_on_a_constructed_table():
+    # kernel intersections rise with eta/B, softmax ones are flat noise: the kernel rho is positive,
+    # the softmax null holds and the difference is resolved above zero
+    rng = np.random.default_rng(0)
+    rows = []
+    for kind in paper.KINDS:
+        for eta in (0.05, 0.1, 0.2):
+            for B in (16, 64):
+                for seed in range(3):
+                    base = 0.3 + (np.log(eta / B) + 6) * 0.1 if kind == "kernel" else 0.5
+                    pgd = base + 0.01 * rng.standard_normal()
+                    rows.append({"kind": kind, "eta": eta, "batch_size": B, "seed": seed, "eta_over_b": eta / B,
+                                 "val_accuracy": 1.0, "test_accuracy": 1.0, "pgd_0.1": pgd, "random_0.1": pgd + 0.2})
+    m = paper.attention_measurements(pd.DataFrame(rows), eps=0.1, margin=0.02, mlp_rho=-0.9, rng=0, resamples=500)
+    assert m["kernel"]["rho"].low > 0.5 and m["softmax_null"] and m["difference"].low > 0
+    assert m["kernel"]["pooled_sanity"].low > 0 and m["softmax"]["configs"] == 6
+
+
+# ------------------------------------------------------------------------------------- the tiny CNN
+def test_cnn_stack_equals_torch_modules_model_by_model():
+    from compendium.papers.attribution_robustness import cnn
+
+    params = cnn.init_cnn_stack([0, 1, 2])
+    x = torch.rand(3, 7, 64)
+    logits = paper.stack_forward(params, x)          # dispatches to the CNN
+    assert logits.shape == (3, 7, 10) and cnn.is_cnn(params)
+    for m in range(3):
+        c1, c2 = torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.Conv2d(8, 16, 3, padding=1)
+        head = torch.nn.Linear(256, 10)
+        with torch.no_grad():
+            c1.weight.copy_(params[0][m]); c1.bias.copy_(params[1][m])
+            c2.weight.copy_(params[2][m]); c2.bias.copy_(params[3][m])
+            head.weight.copy_(params[4][m].T); head.bias.copy_(params[5][m, 0])
+        net = torch.nn.Sequential(torch.nn.Unflatten(1, (1, 8, 8)), c1, torch.nn.GELU(), c2, torch.nn.GELU(),
+                                  torch.nn.AvgPool2d(2), torch.nn.Flatten(), head)
+        assert torch.allclose(net(x[m]), logits[m], atol=1e-5)
+
+
+def test_cnn_training_stack_equals_separate_runs_and_reads_out(digits):
+    from compendium.papers.attribution_robustness import cnn
+
+    small = {k: v[:256] if k.endswith("train") else v for k, v in digits.items()}
+    both, losses = cnn.train_cnn_stack(small["x_train"], small["y_train"], [0.1, 0.2], [3, 4], 32, 2)
+    one, _ = cnn.train_cnn_stack(small["x_train"], small["y_train"], [0.2], [4], 32, 2)
+    for a, b in zip(both, one):
+        assert torch.allclose(a[1:], b, atol=1e-6)
+    assert losses.shape == (2, 2)
+    x = torch.from_numpy(digits["x_test"][:6]).expand(2, 6, 64).contiguous()
+    y = torch.from_numpy(digits["y_test"][:6]).expand(2, 6).contiguous()
+    out = paper.attribution_attack(both, x, y, k=8, eps=0.1, steps=3)
+    assert out["delta"].abs().max() <= 0.1 + 1e-6 and out["intersection"].shape == (2, 6)
+    with pytest.raises(ValueError):
+        cnn.train_cnn_stack(small["x_train"], small["y_train"], [0.1], [3, 4], 32, 2)

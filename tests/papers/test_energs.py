@@ -316,11 +316,13 @@ def test_dev_split_is_not_the_test_split():
 
 def test_scale_differences(tmp_path):
     import json
-    rows = {"a": ("pass", {"point": 1.0}), "b": ("fail", 0.5), "c": ("not_checkable", None), "d": ("pass", 2.0)}
+    rows = {"a": ("pass", {"point": 1.0}), "b": ("fail", 0.5), "c": ("not_checkable", None), "d": ("pass", 2.0),
+            "e": ("fail", 0.3)}
     assert criteria.scale_differences(rows, tmp_path / "missing.json") is None
     other = {"claims": [{"id": "a", "verdict": "pass", "measured": {"point": 3.0}},
                         {"id": "b", "verdict": "inconclusive", "measured": {"point": 0.1}},
-                        {"id": "c", "verdict": "fail", "measured": None}]}
+                        {"id": "c", "verdict": "fail", "measured": None},
+                        {"id": "e", "verdict": "not_checkable", "measured": None}]}   # run at one scale only
     (tmp_path / "claims.json").write_text(json.dumps(other))
     d = criteria.scale_differences(rows, tmp_path / "claims.json")
     assert d == [("b", "fail", "inconclusive", 0.5, 0.1)]

@@ -44,9 +44,11 @@ against, model by model, and ``torch.optim.SGD`` on an ``nn.Sequential`` is the 
 Small-scale deviations
 ----------------------
 - MLPs 2 x 128 with GELU (smooth, so the gradient map has a non-zero input derivative; ReLU nets
-  are piecewise linear and the attack's gradient would vanish). No CNN, no transformer: the tiny
-  CNN and the softmax-versus-kernel attention experiment were not written (their measured training
-  cost is in the chapter's Limits; the attention claims are not checkable here).
+  are piecewise linear and the attack's gradient would vanish). No CNN: the tiny CNN was not
+  written (its measured training cost is in the chapter's Limits).
+- The attention part (``attention.py``) is a one-layer CLS-attention classifier on key-token
+  sequences with fixed random token vectors (not a pretrained or multi-layer transformer), 6 configs
+  x 3 seeds per attention kind; the attention map is the head-mean CLS attention.
 - sklearn digits (8 x 8) and a 256-dimensional, 10-class Gaussian mixture; 60 epochs at full
   scale (the issue's), 20 at smoke (``models.SMOKE_EPOCHS``: the smoke asset's CPU budget); the
   same 12 configs x 5 seeds and references at both; the scales also differ in evaluation sizes.
@@ -55,6 +57,20 @@ Small-scale deviations
 - SAM and the input-gradient penalty are trained only at (eta, B) = (0.05, 32), on digits.
 """
 
+from .attention import (
+    ATTENTION_ASSET,
+    KINDS,
+    AttentionSettings,
+    attention_attack,
+    attention_map,
+    attention_measurements,
+    attention_settings_for,
+    build_attention_asset,
+    evaluate_attention,
+    key_token_task,
+    load_attention_asset,
+    train_attention_stack,
+)
 from .attribution import (
     attribution_attack,
     captum_maps,

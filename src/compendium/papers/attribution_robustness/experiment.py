@@ -19,7 +19,7 @@ __all__ = ["Config", "Result", "run", "evaluate_task", "implementation_checks", 
            "chain_correlations", "rank_test", "attack_sanity", "penalty_control", "headroom", "measurements", "direction", "METHODS", "CHAIN"]
 
 METHODS = ("grad", "gxi", "smoothgrad", "ig")
-BOXES = {"digits": (0.0, 1.0), "gauss256": None}
+BOXES = {"digits": (0.0, 1.0), "gauss256": None, "digits_cnn": (0.0, 1.0)}
 THREADS = 1
 RAW_PROBES = 4      # the untempered input-Hessian norm is only reported (an exercise), not tested
 
@@ -259,8 +259,9 @@ def run(config: Config, asset: dict) -> Result:
     rng = np.random.default_rng([config.seed, 3])
     tables, example = {}, {}
     with torch_threads(THREADS):
-        for task in ("digits", "gauss256"):
-            tables[task], example[task] = evaluate_task(task, asset[task], config, generator, rng)
+        for task in ("digits", "gauss256", "digits_cnn"):
+            if task in asset:                   # digits_cnn: full scale only
+                tables[task], example[task] = evaluate_task(task, asset[task], config, generator, rng)
         checks = implementation_checks(asset["digits"], config, generator)
     return Result(tables=tables, checks=checks, example=example)
 
