@@ -274,10 +274,18 @@ def test_direction_words():
 
 def test_scales_train_the_issue_grid_and_smoke_fewer_epochs():
     full, smoke = paper.settings_for("full"), paper.settings_for("smoke")
-    # the issue's design at full scale; smoke differs in epochs only (the smoke asset's CPU budget)
+    # the issue's design at full scale; smoke differs in epochs and in leaving out the CNN grid only
+    # (the smoke asset's CPU budget)
     assert (full.epochs, full.num_seeds, len(full.learning_rates), len(full.batch_sizes)) == (60, 5, 4, 3)
     assert smoke.epochs < full.epochs and smoke.epochs == paper.models.SMOKE_EPOCHS
-    assert {k: v for k, v in vars(smoke).items() if k != "epochs"} == {k: v for k, v in vars(full).items() if k != "epochs"}
+    assert full.cnn and not smoke.cnn
+    assert ({k: v for k, v in vars(smoke).items() if k not in ("epochs", "cnn")}
+            == {k: v for k, v in vars(full).items() if k not in ("epochs", "cnn")})
+    att_full, att_smoke = paper.attention_settings_for("full"), paper.attention_settings_for("smoke")
+    assert (att_full.epochs, att_full.num_seeds, len(att_full.learning_rates) * len(att_full.batch_sizes)) == (60, 3, 6)
+    assert (att_smoke.num_seeds, att_smoke.learning_rates, att_smoke.batch_sizes) == (3, att_full.learning_rates, att_full.batch_sizes)
+    with pytest.raises(ValueError):
+        paper.attention_settings_for("medium")
     with pytest.raises(ValueError):
         paper.settings_for("medium")
 

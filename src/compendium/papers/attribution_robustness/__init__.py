@@ -107,6 +107,7 @@ from .experiment import (
     penalty_control,
     rank_test,
     run,
+    run_attention,
 )
 from .models import (
     ASSET_NAME,

@@ -42,6 +42,8 @@ class Config:
     smoothgrad_samples: int = 16
     smoothgrad_noise: float = 0.15
     check_points: int = 20
+    attention_points: int = 100
+    attention_top_k: int = 3
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -56,6 +58,8 @@ class Config:
         require_int("ig_steps", self.ig_steps, 2, 200)
         require_int("smoothgrad_samples", self.smoothgrad_samples, 1, 200)
         require_int("check_points", self.check_points, 2, 200)
+        require_int("attention_points", self.attention_points, 10, 500)
+        require_int("attention_top_k", self.attention_top_k, 1, 16)
         require_number("accuracy_margin", self.accuracy_margin, 0.0, 1.0)
         require_number("smoothgrad_noise", self.smoothgrad_noise, 0.0, 1.0)
         if not self.epsilons or any(e <= 0 for e in self.epsilons):
@@ -264,6 +268,16 @@ def run(config: Config, asset: dict) -> Result:
                 tables[task], example[task] = evaluate_task(task, asset[task], config, generator, rng)
         checks = implementation_checks(asset["digits"], config, generator)
     return Result(tables=tables, checks=checks, example=example)
+
+
+def run_attention(config: Config, asset: dict) -> pd.DataFrame:
+    """The attention part's per-model table (``attention.evaluate_attention``) at the headline radius,
+    its test sequences and random perturbations drawn from the chapter seed."""
+    from .attention import evaluate_attention
+
+    return evaluate_attention(asset, test_points=config.attention_points, epsilons=[config.headline_epsilon],
+                              top_k=config.attention_top_k, attack_steps=config.attack_steps,
+                              generator=torch.Generator().manual_seed(config.seed + 101))
 
 
 # ---------------------------------------------------------------------------- statistics of verdicts
