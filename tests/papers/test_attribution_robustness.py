@@ -430,3 +430,32 @@ def test_cnn_training_stack_equals_separate_runs_and_reads_out(digits):
     assert out["delta"].abs().max() <= 0.1 + 1e-6 and out["intersection"].shape == (2, 6)
     with pytest.raises(ValueError):
         cnn.train_cnn_stack(small["x_train"], small["y_train"], [0.1], [3, 4], 32, 2)
+
+
+def test_topk_pgd_keeps_the_best_labelled_iterate_within_the_mask_and_ball():
+    # a linear "map" |w * x| on 8 features: lowering the top-2 share means shrinking the top features
+    w = torch.arange(1.0, 9.0)
+    x = torch.ones(3, 8)
+    mask = torch.ones_like(x)
+    mask[:, 0] = 0.0
+    calls = []
+
+    def map_fn(xa, last):
+        calls.append(last)
+        logits = torch.stack([xa.sum(-1), torch.zeros(xa.shape[0])], -1)    # label 0 while sum > 0
+        return w * xa, logits
+
+    clean = (w * x).detach()
+    label = torch.zeros(3, dtype=torch.long)
+    delta, inter = paper.topk_pgd(map_fn, x, clean, label, k=2, eps=0.9, steps=8, mask=mask)
+    assert calls == [False] * 8 + [True]
+    assert delta.abs().max() <= 0.9 + 1e-6 and torch.all(delta[:, 0] == 0)
+    assert torch.all(inter < 1)                  # the top two features were pushed out of the top-2
+    assert torch.allclose(torch.tensor([float(((w * (x + delta)).topk(2).indices >= 6).sum()) / 2]),
+                          inter[:1])
+    # a label that can never be held: nothing is kept
+    never = torch.ones(3, dtype=torch.long)
+    delta, inter = paper.topk_pgd(map_fn, x, clean, never, k=2, eps=0.9, steps=4)
+    assert torch.all(delta == 0) and torch.all(inter == 1)
+    with pytest.raises(ValueError):
+        paper.topk_pgd(map_fn, x, clean, label, k=2, eps=0.0, steps=4)

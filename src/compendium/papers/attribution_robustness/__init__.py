@@ -89,6 +89,7 @@ from .attribution import (
     softmax_jacobian_numeric,
     softmax_jacobian_symbolic,
     topk_intersection,
+    topk_pgd,
     topk_mask,
 )
 from .experiment import (

@@ -52,7 +52,7 @@ import torch
 from compendium import stats
 from compendium.training import torch_threads
 
-from .attribution import _clip, random_perturbation, topk_mask
+from .attribution import random_perturbation, topk_mask, topk_pgd
 
 __all__ = ["ATTENTION_ASSET", "KINDS", "AttentionSettings", "attention_settings_for", "key_token_task",
            "init_attention_stack", "forward", "attention_map", "train_attention_stack", "attention_attack",
@@ -255,38 +255,22 @@ def load_attention_asset(path: str | Path) -> dict:
 def attention_attack(params, x: torch.Tensor, y: torch.Tensor, kind: str, heads: int, *, k: int, eps: float,
                      steps: int = 20, box=None) -> dict:
     """PGD on the attention map of inputs ``(M, n, T + 1, d)``: lowers the clean top-k share, the
-    CLS vector untouched, the clean prediction held. Returns ``delta``, ``intersection`` ``(M, n)``
-    and the clean and attacked maps."""
-    if eps <= 0 or steps < 1:
-        raise ValueError(f"need eps > 0 and steps >= 1, got {eps}, {steps}")
-    alpha = 2.5 * eps / steps
+    CLS vector untouched, the clean prediction held (the digits attack's loop, ``topk_pgd``).
+    Returns ``delta``, ``intersection`` ``(M, n)`` and the clean and attacked maps."""
     x = x.detach()
     mask = torch.ones_like(x)
     mask[:, :, 0] = 0.0                                                          # never perturb CLS
     with torch.no_grad():
         label = forward(params, x, kind, heads).argmax(-1)
         a0 = attention_map(params, x, kind, heads)
-    top = topk_mask(a0, k)
-    best = torch.ones(y.shape)
-    best_delta = torch.zeros_like(x)
-    delta = torch.zeros_like(x)
-    for step in range(steps + 1):
-        xa = (x + delta).requires_grad_()
-        a_all, v = attention_weights(params, xa, kind, heads)
-        a = a_all.mean(2)[..., 1:]
-        if step > 0:
-            with torch.no_grad():
-                keep = forward(params, xa, kind, heads).argmax(-1) == label
-                inter = (topk_mask(a, k) & top).sum(-1).float() / k
-                better = keep & (inter < best)
-                best = torch.where(better, inter, best)
-                best_delta = torch.where(better[..., None, None], delta, best_delta)
-        if step == steps:
-            break
-        objective = (a * top).sum(-1) / (a.sum(-1) + 1e-12)
-        (g,) = torch.autograd.grad(objective.sum(), xa)
+
+    def map_fn(xa, last):
+        a_all, _ = attention_weights(params, xa, kind, heads)
         with torch.no_grad():
-            delta = _clip(x, delta - alpha * g.sign() * mask, eps, box) * mask
+            logits = forward(params, xa, kind, heads)
+        return a_all.mean(2)[..., 1:], logits
+
+    best_delta, best = topk_pgd(map_fn, x, a0, label, k=k, eps=eps, steps=steps, box=box, mask=mask)
     with torch.no_grad():
         attacked = attention_map(params, x + best_delta, kind, heads)
     return {"delta": best_delta, "intersection": best, "clean_map": a0, "attacked_map": attacked}

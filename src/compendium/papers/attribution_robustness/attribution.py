@@ -23,7 +23,7 @@ import torch
 
 from .models import stack_cross_entropy, stack_forward
 
-__all__ = ["gradient_map", "topk_mask", "topk_intersection", "rank_correlation", "kendall_tau", "attribution_attack",
+__all__ = ["gradient_map", "topk_mask", "topk_intersection", "rank_correlation", "kendall_tau", "attribution_attack", "topk_pgd",
            "random_perturbation", "input_hvp", "hutchinson", "input_hessian_norm", "parameter_hvp",
            "parameter_curvature", "fit_temperature", "single_model", "captum_maps",
            "softmax_jacobian_symbolic", "softmax_jacobian_numeric", "integrated_gradients_ours"]
@@ -94,6 +94,58 @@ def _clip(x0, delta, eps, box):
     return delta
 
 
+def topk_pgd(map_fn, x: torch.Tensor, clean_map: torch.Tensor, label: torch.Tensor, *, k: int, eps: float,
+             steps: int, step_size: float | None = None, box=None, mask: torch.Tensor | None = None):
+    """Keep-best signed PGD that lowers the clean top-k share of a saliency map, label held.
+
+    The one loop behind both attacks of this chapter (gradient maps, attention maps).
+
+    Parameters
+    ----------
+    map_fn : ``map_fn(xa, last) -> (map, logits)``: the map ``(..., F)`` of the input ``xa``
+        (``requires_grad``) as a differentiable function of it, and the logits at ``xa``; ``last``
+        is True at the final scoring pass (no graph through the map is needed there).
+    x : clean inputs; clean_map : their map ``(..., F)``; label : the clean predictions ``(...)``.
+    k : top-k size; eps : l-infinity radius; steps : PGD steps; step_size : default ``2.5 eps / steps``.
+    box : ``(low, high)`` input range kept, or None; mask : 0/1 tensor like ``x``, the coordinates
+        the attack may move (None: all).
+
+    Returns
+    -------
+    ``(delta, intersection)``: the kept perturbation (like ``x``), and per input the smallest top-k
+    intersection with the clean map reached at an iterate that kept the label (1 where none did).
+    """
+    if eps <= 0 or steps < 1:
+        raise ValueError(f"need eps > 0 and steps >= 1, got {eps}, {steps}")
+    alpha = 2.5 * eps / steps if step_size is None else step_size
+    top = topk_mask(clean_map, k)
+    best = torch.ones(label.shape)
+    best_delta = torch.zeros_like(x)
+    delta = torch.zeros_like(x)
+    widen = (1,) * (x.dim() - label.dim())
+    for step in range(steps + 1):
+        xa = (x + delta).requires_grad_()
+        a, logits = map_fn(xa, step == steps)
+        with torch.no_grad():                   # score the current iterate from the same pass
+            if step > 0:
+                keep = logits.argmax(-1) == label
+                inter = (topk_mask(a, k) & top).sum(-1).float() / k
+                better = keep & (inter < best)
+                best = torch.where(better, inter, best)
+                best_delta = torch.where(better.view(*better.shape, *widen), delta, best_delta)
+        if step == steps:
+            break
+        mass = a.abs()
+        objective = (mass * top).sum(-1) / (mass.sum(-1) + 1e-12)       # top-k share, to lower
+        (g,) = torch.autograd.grad(objective.sum(), xa)
+        with torch.no_grad():
+            move = g.sign() if mask is None else g.sign() * mask
+            delta = _clip(x, delta - alpha * move, eps, box)
+            if mask is not None:
+                delta = delta * mask
+    return best_delta, best
+
+
 def attribution_attack(params, x: torch.Tensor, y: torch.Tensor, *, k: int, eps: float, steps: int = 20,
                        step_size: float | None = None, box=(0.0, 1.0)) -> dict:
     """PGD attack on the gradient map, label held (Ghorbani et al.'s top-k attack, signed steps).
@@ -109,35 +161,17 @@ def attribution_attack(params, x: torch.Tensor, y: torch.Tensor, *, k: int, eps:
     dict with ``delta`` ``(M, N, d)`` (the kept perturbation), ``intersection`` ``(M, N)`` (top-k
     intersection of the clean and attacked maps), ``clean_map`` and ``attacked_map``.
     """
-    if eps <= 0 or steps < 1:
-        raise ValueError(f"need eps > 0 and steps >= 1, got {eps}, {steps}")
-    alpha = 2.5 * eps / steps if step_size is None else step_size
     x = x.detach()
     with torch.no_grad():
         label = stack_forward(params, x).argmax(-1)
     a0 = gradient_map(params, x, y).detach()
-    top = topk_mask(a0, k)
-    best = torch.ones(y.shape)
-    best_delta = torch.zeros_like(x)
-    delta = torch.zeros_like(x)
-    for step in range(steps + 1):
-        xa = (x + delta).requires_grad_()
+
+    def map_fn(xa, last):
         f, logits = _target_logit(params, xa, y)
-        (a,) = torch.autograd.grad(f.sum(), xa, create_graph=step < steps)
-        with torch.no_grad():                   # score the current iterate from the same pass
-            if step > 0:
-                keep = logits.argmax(-1) == label
-                inter = (topk_mask(a, k) & top).sum(-1).float() / k
-                better = keep & (inter < best)
-                best = torch.where(better, inter, best)
-                best_delta = torch.where(better.unsqueeze(-1), delta, best_delta)
-        if step == steps:
-            break
-        mass = a.abs()
-        objective = (mass * top).sum(-1) / (mass.sum(-1) + 1e-12)       # (M, N): top-k share, to lower
-        (g,) = torch.autograd.grad(objective.sum(), xa)
-        with torch.no_grad():
-            delta = _clip(x, delta - alpha * g.sign(), eps, box)
+        (a,) = torch.autograd.grad(f.sum(), xa, create_graph=not last)
+        return a, logits
+
+    best_delta, best = topk_pgd(map_fn, x, a0, label, k=k, eps=eps, steps=steps, step_size=step_size, box=box)
     attacked = gradient_map(params, x + best_delta, y).detach()
     return {"delta": best_delta, "intersection": best, "clean_map": a0, "attacked_map": attacked}
 
