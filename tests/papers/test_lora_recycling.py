@@ -85,6 +85,60 @@ def test_trace_identity_symbolic_and_numeric():
     assert abs(paper.lora_cosine(3 * A1, B1, A2, B2) - dense) < 1e-12
 
 
+def test_batched_closeness_is_the_dense_cosine_of_whole_updates():
+    g = torch.Generator().manual_seed(3)
+    shapes = {"fc1": (5, 4), "fc2": (5, 5), "head": (1, 5)}
+    pool = {m: (torch.randn(6, 3, i, generator=g, dtype=torch.float64), torch.randn(6, o, 3, generator=g, dtype=torch.float64),
+                torch.rand(6, generator=g, dtype=torch.float64) + 0.5) for m, (o, i) in shapes.items()}
+    # targets of rank 2 zero-padded to 3, as train_lora pads them
+    target, s_t = {}, torch.rand(4, generator=g, dtype=torch.float64) + 0.5      # a LoRA's scaling is the same in every module
+    for m, (o, i) in shapes.items():
+        A, B = torch.randn(4, 3, i, generator=g, dtype=torch.float64), torch.randn(4, o, 3, generator=g, dtype=torch.float64)
+        A[:, 2], B[:, :, 2] = 0.0, 0.0
+        target[m] = (A, B, s_t)
+    got = paper.lora_cosines(pool, target)
+    assert got.shape == (4, 6)
+    flat = lambda f, k: torch.cat([paper.lora_delta(f[m][0][k], f[m][1][k], f[m][2][k]).flatten() for m in shapes])
+    for p in range(4):
+        for n in range(6):
+            assert abs(float(got[p, n]) - paper.dense_cosine(flat(pool, n), flat(target, p))) < 1e-12
+    # a pool LoRA that is a rescaled copy of a target has cosine 1; a negated one -1
+    twin = {m: (target[m][0][:2], torch.stack([target[m][1][0], -target[m][1][1]]), torch.tensor([7.0, 0.3], dtype=torch.float64))
+            for m in shapes}
+    c = paper.lora_cosines(twin, target)
+    assert abs(float(c[0, 0]) - 1) < 1e-12 and abs(float(c[1, 1]) + 1) < 1e-12
+
+
+def test_lorahub_search_minimises_within_bounds_and_keeps_the_best():
+    target = np.array([0.7, -0.4, 1.2, 0.0])
+
+    def quad(c):
+        return ((c - target) ** 2).sum(-1)
+
+    c, best, start, n = paper.lorahub_search(quad, 3, 4, 100, l1=0.0, seed=5)
+    assert n == 1 + 99 // 8 * 8 and c.shape == (3, 4)                  # popsize 4 + int(3 ln 4) = 8; never over budget
+    assert np.allclose(start, quad(np.zeros(4)))
+    assert (best < start).all() and np.allclose(best, quad(c))        # the returned point has the returned value
+    assert (np.abs(c) <= 1.5).all() and np.abs(c - target).max() < 0.35
+    # an optimum outside the bounds is approached from inside them
+    c_out, *_ = paper.lorahub_search(lambda c: ((c - 3.0) ** 2).sum(-1), 1, 2, 100, l1=0.0, seed=1)
+    assert (c_out <= 1.5).all() and (c_out > 1.2).all()
+    # the L1 penalty pulls towards zero; the search is deterministic and each problem independent
+    c_l1, *_ = paper.lorahub_search(quad, 3, 4, 100, l1=5.0, seed=5)
+    assert np.abs(c_l1).sum() < np.abs(c).sum()
+    again, *_ = paper.lorahub_search(quad, 3, 4, 100, l1=0.0, seed=5)
+    assert np.array_equal(again, c)
+    alone, *_ = paper.lorahub_search(quad, 1, 4, 100, l1=0.0, seed=5)
+    assert np.array_equal(alone[0], c[0])
+    # a start that nothing beats is kept
+    flat, best_flat, start_flat, _ = paper.lorahub_search(lambda c: np.abs(c).sum(-1), 2, 3, 40, seed=0)
+    assert np.array_equal(flat, np.zeros((2, 3))) and np.array_equal(best_flat, start_flat)
+    with pytest.raises(ValueError, match="budget"):
+        paper.lorahub_search(quad, 1, 4, 1)
+    with pytest.raises(ValueError, match="generation"):
+        paper.lorahub_search(quad, 1, 4, 5)
+
+
 def test_ties_hand_example_and_peft_reference():
     from peft.utils.merge_utils import ties as peft_ties
 
@@ -178,7 +232,9 @@ def test_tiny_run(tiny_asset):
     T = 3 * TINY["candidates_per_regime"]
     assert set(res.accuracy) == set(paper.ARMS)
     assert all(v.shape == (T,) and ((0 <= v) & (v <= 1)).all() for v in res.accuracy.values())
+    assert res.lorahub_moved.shape == (T,) and res.duplicate_selected_closeness.shape == (T,)
     g = res.gaps
+    assert g["closeness_cosine"] < 1e-10 and g["lorahub_value"] < 1e-6
     assert g["zero_coefficients"] == 0.0 and g["peft_forward"] < 1e-10 and g["peft_cat_forward"] < 1e-10
     assert g["peft_average"] < 1e-5 and g["peft_ties"] < 1e-5 and g["trace_cosine"] < 1e-10
     assert g["random_stack_rank"] == g["random_stack_size"] == TINY["num_selected"]

@@ -22,6 +22,9 @@ Non-adaptive merges (peft ``add_weighted_adapter``): average (``cat`` with weigh
 exact) and TIES at density 0.4 (``ties_svd`` with a full-rank reduced SVD: TIES on the dense
 :math:`\Delta W_i`). Our ``ties_merge`` / ``average_merge`` are checked against them.
 
+Closeness selection (``lora_cosines``): the cosine of two whole updates (all modules concatenated)
+by the same identity, summed over modules, with no dense :math:`\Delta W`.
+
 Closeness without the dense product: :math:`\langle B_1A_1, B_2A_2\rangle_F =
 \mathrm{tr}((A_1A_2^\top)(B_2^\top B_1))` (sympy-checked, ``trace_identity_gap``).
 
@@ -50,15 +53,19 @@ Small-scale deviations
   released value times the same factors.
 - The "rank-matched" target LoRA is rank 1, the smallest LoRA; it still has more trainable
   parameters than Ours' 3 K coefficients (a LoRA cannot be smaller).
-- K = 10 LoRAs selected per target (by evaluation or at random); LoraHub's gradient-free search,
-  pi-Tuning, TSV and Arrow routing are not run.
+- K = 10 LoRAs selected per target (by evaluation, at random, or by closeness to the dev-picked
+  target LoRA); pi-Tuning, TSV and Arrow routing are not run.
+- LoraHub (``lorahub_search``): CMA-ES from the ``cma`` package stands in for the original's
+  nevergrad optimiser; one linear coefficient per LoRA shared by the modules, c = 0 at the start,
+  bounds [-1.5, 1.5], L1 0.05 * mean|c|, 100 objective evaluations (start included), step size 0.5.
+  These choices are ours, fixed before the first run.
 """
 
 from .experiment import (ARMS, BASE_ACCURACY_MAX, BEATS_BASE_SHARE, EQUIVALENCE_MARGIN, LIMITED_BENEFIT_MARGIN,
-                         LORA_ACCURACY_MIN, NEAR_DUPLICATE_SHARE, REGIMES, TRANSFER_MARGIN, Config, Result,
+                         LORA_ACCURACY_MIN, LORAHUB_BOUNDS, LORAHUB_SIGMA0, NEAR_DUPLICATE_SHARE, REGIMES, TRANSFER_MARGIN, Config, Result,
                          dev_choice, measurements, run, train_lora, train_merge)
 from .lora import (ACTIVATIONS, MODULES, BaseMLP, accuracy_and_loss, activate, average_merge, base_weights, dense_cosine, init_lora,
-                   load_pool_tensors, lora_cosine, lora_delta, merge_components, merged_delta, mlp_forward,
+                   load_pool_tensors, lora_cosine, lora_cosines, lora_delta, lorahub_search, merge_components, merged_delta, mlp_forward,
                    orthonormal_basis, peft_forward, peft_merge_delta, peft_pool, pool_tensors, random_like_lora,
                    sample_task, ties_hand_example, ties_merge, trace_identity_gap, unit)
 from .pool import ASSET_NAME, AssetSettings, build_asset, load_asset, pretrain_base, settings_for

@@ -14,22 +14,26 @@ from compendium.training import TrainSpec, fit, learning_rate_at, seeded_init
 from compendium.validation import require_int, require_number
 
 from .lora import (MODULES, ParameterBank, accuracy_and_loss, activate, average_merge, dense_cosine, init_lora,
-                   load_pool_tensors, lora_cosine, lora_delta, merged_delta, mlp_forward, peft_forward,
-                   peft_merge_delta, peft_pool, random_like_lora, sample_task, ties_hand_example, ties_merge, unit)
+                   load_pool_tensors, lora_cosine, lora_cosines, lora_delta, lorahub_search, merged_delta,
+                   mlp_forward, peft_forward, peft_merge_delta, peft_pool, random_like_lora, sample_task,
+                   ties_hand_example, ties_merge, unit)
 
 __all__ = ["Config", "Result", "run", "measurements", "train_merge", "train_lora", "dev_choice", "REGIMES",
            "ARMS", "EQUIVALENCE_MARGIN", "LIMITED_BENEFIT_MARGIN", "TRANSFER_MARGIN", "BEATS_BASE_SHARE",
-           "NEAR_DUPLICATE_SHARE", "BASE_ACCURACY_MAX", "LORA_ACCURACY_MIN"]
+           "NEAR_DUPLICATE_SHARE", "BASE_ACCURACY_MAX", "LORA_ACCURACY_MIN", "LORAHUB_BOUNDS",
+           "LORAHUB_SIGMA0"]
 
 REGIMES = ("R1", "R2", "R3")
 ARMS = ("base", "target_lora", "target_lora_r4", "target_lora_r1", "ours", "ours_random_pool",
-        "ours_random_selection", "adamerging", "average", "ties")
+        "ours_random_selection", "ours_closeness_selection", "adamerging", "lorahub", "average", "ties")
 # criteria fixed by the issue before any run (points of accuracy as fractions)
 EQUIVALENCE_MARGIN = 0.015       # headline TOST margin and the selection comparison
 LIMITED_BENEFIT_MARGIN = 0.02    # Ours - target LoRA at most +2 points
 TRANSFER_MARGIN = 0.03           # R3: Ours(real) - Ours(random) at least +3 points
 BEATS_BASE_SHARE = 0.8           # Ours > base on at least 80 % of targets
 NEAR_DUPLICATE_SHARE = 0.7       # R3: the near-duplicate's coefficient is the largest in >= 70 % of modules
+LORAHUB_BOUNDS = (-1.5, 1.5)     # LoraHub's coefficient bounds
+LORAHUB_SIGMA0 = 0.5             # CMA-ES initial step size (a third of the half-width of the bounds)
 BASE_ACCURACY_MAX = 0.60         # target guards (on a check set, never the test set)
 LORA_ACCURACY_MIN = 0.85
 
@@ -58,6 +62,8 @@ class Config:
     learning_rate_factors: tuple = (1.0, 3.0, 10.0)
     ties_density: float = 0.4
     near_duplicate_cosine: float = 0.95
+    lorahub_budget: int = 100
+    lorahub_l1: float = 0.05
 
     def __post_init__(self):
         object.__setattr__(self, "learning_rate_factors", tuple(float(f) for f in self.learning_rate_factors))
@@ -77,6 +83,8 @@ class Config:
         require_number("warmup_fraction", self.warmup_fraction, 0.0, 0.5)
         require_number("ties_density", self.ties_density, 0.0, 1.0, low_open=True)
         require_number("near_duplicate_cosine", self.near_duplicate_cosine, 0.9, 1.0)
+        require_int("lorahub_budget", self.lorahub_budget, 2, 100000)
+        require_number("lorahub_l1", self.lorahub_l1, 0.0, 10.0)
         if not self.learning_rate_factors or any(f <= 0 for f in self.learning_rate_factors):
             raise ValueError(f"learning_rate_factors must be positive numbers, got {self.learning_rate_factors}")
 
@@ -118,9 +126,11 @@ def train_merge(weights, components: dict, activation: str, init: float, x, y, l
     return c, deltas(c)
 
 
-def train_lora(weights, x, y, ranks, alpha: float, lrs, steps: int, warmup: int, generator):
+def train_lora(weights, x, y, ranks, alpha: float, lrs, steps: int, warmup: int, generator, return_factors: bool = False):
     """Fresh LoRAs on every module for every problem and learning rate, peft's start (A uniform, B 0),
-    cosine schedule with warm-up. ``ranks (P,)`` are padded to their maximum (padding stays zero)."""
+    cosine schedule with warm-up. ``ranks (P,)`` are padded to their maximum (padding stays zero).
+    Returns ``{m: ΔW (P, L, out, in)}``, and with ``return_factors`` also ``{m: (A (P, L, r, in),
+    B (P, L, out, r), s (P, 1))}``."""
     P, r_max = len(ranks), int(max(ranks))
     live = (torch.arange(r_max) < torch.as_tensor(ranks)[:, None]).float()      # (P, r_max)
     scale = torch.as_tensor(alpha / np.asarray(ranks, float), dtype=torch.float32)
@@ -145,6 +155,8 @@ def train_lora(weights, x, y, ranks, alpha: float, lrs, steps: int, warmup: int,
         return _bce(mlp_forward(weights, x[:, None], factors=factors(list(bank.items))), y[:, None])
 
     params, _ = _fit_grid(tensors, [lr for lr in lrs for _ in range(nm)], loss, steps, warmup, "cosine")
+    if return_factors:
+        return deltas(params), factors(params)
     return deltas(params)
 
 
@@ -173,6 +185,9 @@ class Result:
     lora_check: np.ndarray = None
     near_duplicate: np.ndarray = None     # (T,) pool index of the near-duplicate (-1 outside R3)
     duplicate_selected: np.ndarray = None  # (T,) share of seeds whose evaluation selection holds it
+    duplicate_selected_closeness: np.ndarray = None  # (T,) the same for the closeness selection
+    lorahub_moved: np.ndarray = None      # (T,) share of seeds whose LoraHub search ended below its start
+    lorahub_evaluations: int = 0          # objective evaluations per LoraHub search (start included)
     duplicate_largest: np.ndarray = None  # (T,) share of (seed, module) where its coefficient is the largest
     duplicate_largest_contribution: np.ndarray = None  # (T,) the same for its contribution's norm
     coefficients: dict = field(default_factory=dict)  # target index -> (M, K) act(c) of seed 0, and positions
@@ -278,8 +293,8 @@ def run(config: Config, asset: dict) -> Result:
 
     # --- target LoRAs at ranks lora_rank and matched_rank, every learning rate, batched
     r = np.r_[np.full(P, cfg.lora_rank), np.full(P, cfg.matched_rank)]
-    d_lora = train_lora(W, xtr.repeat(2, 1, 1), ytr.repeat(2, 1), r, cfg.lora_alpha, lrs_lora, cfg.lora_steps,
-                        int(round(cfg.warmup_fraction * cfg.lora_steps)), gen)
+    d_lora, f_lora = train_lora(W, xtr.repeat(2, 1, 1), ytr.repeat(2, 1), r, cfg.lora_alpha, lrs_lora, cfg.lora_steps,
+                                int(round(cfg.warmup_fraction * cfg.lora_steps)), gen, return_factors=True)
     both = {m: d.reshape(2, P, L, *d.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *d.shape[2:])
             for m, d in d_lora.items()}                                   # options: rank-major
     acc_dv, loss_dv = dev_eval(both)
@@ -290,6 +305,7 @@ def run(config: Config, asset: dict) -> Result:
         res.chosen_factor[arm] = np.asarray(cfg.learning_rate_factors * 2)[choice.numpy()]
         if arm == "target_lora":
             lora_check = test_acc(picked, xck, yck)
+            target_choice = choice
 
     # --- non-adaptive merges of the evaluation-selected LoRAs: peft's add_weighted_adapter
     names = asset["names"]
@@ -312,6 +328,49 @@ def run(config: Config, asset: dict) -> Result:
         for m in MODULES:
             avg_d[m][p], ties_d[m][p] = cache[key][0][m], cache[key][1][m]
     acc_p["average"], acc_p["ties"] = test_acc(avg_d), test_acc(ties_d)
+
+    # --- LoraHub: gradient-free CMA-ES over one linear coefficient per selected LoRA (shared by the
+    # modules), c = 0 at the start, L1 penalty, on the same 80 training examples as every arm
+    real = {m: comp[m][:P] for m in MODULES}                         # the evaluation-selected LoRAs
+
+    def hub_loss(c):                                                 # (P, n, K) -> (P, n) training loss
+        ct = torch.as_tensor(c, dtype=torch.float32)
+        with torch.no_grad():
+            logits = mlp_forward(W, xtr[:, None], {m: merged_delta(ct, real[m], "linear") for m in MODULES})
+            return accuracy_and_loss(logits, ytr[:, None])[1].double().numpy()
+
+    c_hub, hub_value, hub_start, res.lorahub_evaluations = lorahub_search(
+        hub_loss, P, K, cfg.lorahub_budget, l1=cfg.lorahub_l1, bounds=LORAHUB_BOUNDS, sigma0=LORAHUB_SIGMA0,
+        seed=cfg.seed * 7919 + 271)
+    ch = torch.as_tensor(c_hub, dtype=torch.float32)[:, None]
+    acc_p["lorahub"] = test_acc({m: merged_delta(ch, real[m], "linear")[:, 0] for m in MODULES})
+    res.lorahub_moved = hub_value < hub_start                        # (P,) the search beat its start
+    # bookkeeping of the lockstep search: each problem's returned c scores the value recorded for it
+    res.gaps["lorahub_value"] = float(np.abs(hub_loss(c_hub[:, None])[:, 0] + cfg.lorahub_l1 * np.abs(c_hub).mean(-1)
+                                             - hub_value).max())
+
+    # --- closeness selection: the K pool LoRAs whose whole update is closest (cosine, by the trace
+    # identity) to the dev-picked target LoRA's, then Ours on them
+    idx = torch.arange(P)
+    picked_f = {m: (a.reshape(2, P, L, *a.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *a.shape[2:])[idx, target_choice],
+                    b.reshape(2, P, L, *b.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *b.shape[2:])[idx, target_choice],
+                    sc.reshape(2, P).T[idx, target_choice // L])
+                for m, (a, b, sc) in f_lora.items()}
+    pool_f = {m: (A[m], B[m], scales) for m in MODULES}
+    closeness = lora_cosines(pool_f, picked_f)                       # (P, N)
+    closeness[~torch.as_tensor(pmask)] = -np.inf
+    sel_close = closeness.topk(K, dim=1).indices
+    comp_close = {m: D[m][sel_close] for m in MODULES}
+    _, d_close = train_merge(W, comp_close, "leaky_relu", 0.0, xtr, ytr, lrs_merge, cfg.merge_steps)
+    choice = dev_choice(*dev_eval(d_close))
+    acc_p["ours_closeness_selection"] = test_acc(_pick(d_close, choice))
+    res.chosen_factor["ours_closeness_selection"] = np.asarray(cfg.learning_rate_factors)[choice.numpy()]
+    # its cosine against the dense one (float64, first problem, every pool LoRA)
+    p0 = {m: tuple(t[:1].double() for t in picked_f[m]) for m in MODULES}
+    dense_t = torch.cat([lora_delta(*p0[m]).flatten() for m in MODULES])
+    dense_p = torch.cat([lora_delta(A[m].double(), B[m].double(), scales.double()).flatten(1) for m in MODULES], 1)
+    trace = lora_cosines({m: tuple(t.double() for t in pool_f[m]) for m in MODULES}, p0)[0]
+    res.gaps["closeness_cosine"] = float(max(abs(float(trace[i]) - dense_cosine(dense_p[i], dense_t)) for i in range(N)))
 
     # --- implementation checks (float64 copies of the peft model, the base and the pool)
     model.double()
@@ -360,6 +419,8 @@ def run(config: Config, asset: dict) -> Result:
     largest_c[pos < 0] = False
     res.duplicate_largest_contribution = largest_c.reshape(T, S * len(MODULES)).mean(1)
     res.duplicate_selected = (pos >= 0).reshape(T, S).mean(1)
+    res.duplicate_selected_closeness = (sel_close.numpy() == pdup[:, None]).any(1).reshape(T, S).mean(1)
+    res.lorahub_moved = res.lorahub_moved.reshape(T, S).mean(1)
     res.duplicate_largest = largest.reshape(T, S * len(MODULES)).mean(1)
     for t in np.flatnonzero(regime == "R3"):
         res.coefficients[int(t)] = {"act_c": c_chosen[t * S].numpy(), "position": int(pos[t * S]),
@@ -401,5 +462,12 @@ def measurements(res: Result) -> dict:
     out["r3_largest_contribution"] = float(res.duplicate_largest_contribution[r3].mean())
     out["r3_selection"] = paired_difference(a["ours"][r3], a["ours_random_selection"][r3], unit="target tasks")
     out["headroom"] = mean_interval(a["target_lora"][r12], unit="target tasks")
+    out["lorahub_minus_lora"] = paired_difference(a["lorahub"][r12], a["target_lora"][r12], unit="target tasks")
+    out["ours_minus_lorahub"] = paired_difference(a["ours"][r12], a["lorahub"][r12], unit="target tasks")
+    out["closeness"] = tost(a["ours"][r12] - a["ours_closeness_selection"][r12], margin=EQUIVALENCE_MARGIN, unit="target tasks")
+    out["r3_closeness_selection"] = paired_difference(a["ours_closeness_selection"][r3], a["ours_random_selection"][r3],
+                                                      unit="target tasks")
+    out["r3_duplicate_selected_closeness"] = float(res.duplicate_selected_closeness[r3].mean())
+    out["lorahub_moved"] = float(res.lorahub_moved[k].mean())
     out["table"] = {g: {arm: float(v[k & (res.regime == g)].mean()) for arm, v in a.items()} for g in REGIMES}
     return out

@@ -18,9 +18,10 @@ from torch import nn
 
 __all__ = ["MODULES", "ACTIVATIONS", "BaseMLP", "base_weights", "mlp_forward", "orthonormal_basis",
            "unit", "sample_task", "lora_delta", "merge_components", "activate", "merged_delta",
-           "ties_merge", "average_merge", "random_like_lora", "lora_cosine", "dense_cosine",
+           "ties_merge", "average_merge", "random_like_lora", "lora_cosine", "lora_cosines", "dense_cosine",
            "trace_identity_gap", "ties_hand_example", "peft_pool", "pool_tensors", "load_pool_tensors",
-           "peft_forward", "peft_merge_delta", "accuracy_and_loss", "ParameterBank", "init_lora"]
+           "peft_forward", "peft_merge_delta", "accuracy_and_loss", "ParameterBank", "init_lora",
+           "lorahub_search"]
 
 MODULES = ("fc1", "fc2", "head")
 ACTIVATIONS = ("leaky_relu", "linear", "softmax", "squared")
@@ -189,6 +190,29 @@ def lora_cosine(A1, B1, A2, B2) -> float:
     return float(inner(A1, B1, A2, B2) / torch.sqrt(inner(A1, B1, A1, B1) * inner(A2, B2, A2, B2)))
 
 
+def lora_cosines(pool: dict, target: dict) -> torch.Tensor:
+    r"""Cosine between every pool LoRA's and every target LoRA's whole update (all modules
+    concatenated), by the trace identity: no dense :math:`\Delta W` is formed.
+
+    ``pool[m] = (A (N, r, in), B (N, out, r), s (N,))`` and ``target[m] = (A (P, q, in),
+    B (P, out, q), s (P,))`` (zero-padded ranks are harmless) -> ``(P, N)``. The inner product of two
+    updates is :math:`\sum_m s_c s_t\,\mathrm{tr}((A_cA_t^\top)(B_t^\top B_c))`; a LoRA's own
+    scaling cancels in its cosine, so only the directions count (the released code's "cosine" closeness).
+    """
+    def inner(A1, B1, s1, A2, B2, s2, pairwise: bool):
+        if pairwise:                                                 # (N, ...) x (P, ...) -> (P, N)
+            ga = torch.einsum("nri,psi->pnrs", A1, A2)
+            gb = torch.einsum("nor,pos->pnrs", B1, B2)
+            return s2[:, None] * s1[None, :] * (ga * gb).sum((-1, -2))
+        ga = A1 @ A1.transpose(-1, -2)                               # self inner products (M,)
+        gb = B1.transpose(-1, -2) @ B1
+        return s1 * s1 * (ga * gb.transpose(-1, -2)).sum((-1, -2))
+    cross = sum(inner(*pool[m], *target[m], True) for m in pool)
+    own_pool = sum(inner(*pool[m], None, None, None, False) for m in pool)
+    own_target = sum(inner(*target[m], None, None, None, False) for m in pool)
+    return cross / torch.sqrt(own_target[:, None] * own_pool[None, :])
+
+
 def dense_cosine(W1, W2) -> float:
     return float((W1 * W2).sum() / (W1.norm() * W2.norm()))
 
@@ -296,3 +320,49 @@ def init_lora(shape_a, shape_b, generator: torch.Generator):
     bound = 1.0 / math.sqrt(shape_a[-1])
     A = (torch.rand(shape_a, generator=generator) * 2 - 1) * bound
     return A, torch.zeros(shape_b)
+
+
+# ------------------------------------------------------------------------------ LoraHub's search
+def lorahub_search(objective, num_problems: int, dims: int, budget: int, *, l1: float = 0.05,
+                   bounds: tuple = (-1.5, 1.5), sigma0: float = 0.5, popsize: int | None = None, seed: int = 0):
+    """LoraHub's gradient-free search of merging coefficients: one CMA-ES (the ``cma`` package) per
+    problem, all run in lockstep so that each generation's candidates of every problem are scored
+    in one batched ``objective`` call.
+
+    ``objective(c)`` takes ``c (P, n, dims)`` (float64 numpy) and returns the losses ``(P, n)``; the
+    search minimises ``loss + l1 * mean|c|`` (LoraHub's L1 penalty) inside ``bounds``. Every
+    search starts at ``c = 0`` (the base model), which is scored first and counts towards
+    ``budget`` (objective evaluations per problem, start included); the best point seen is
+    returned, as LoraHub returns its optimiser's recommendation. Each problem draws its
+    samples from its own generator, so a problem's search does not depend on the others.
+
+    Returns ``(best_c (P, dims), best_value (P,), start_value (P,), evaluations)``.
+    """
+    import cma
+
+    if budget < 2:
+        raise ValueError(f"budget must be at least 2 evaluations (the start and one candidate), got {budget}")
+    lam = int(popsize or 4 + int(3 * np.log(dims)))
+    generations = (budget - 1) // lam
+    if generations < 1:
+        raise ValueError(f"budget {budget} leaves no full generation of {lam} candidates after the start")
+    start = np.zeros((num_problems, 1, dims))
+    start_value = np.asarray(objective(start), float)[:, 0]               # |c| = 0: no penalty
+    best_c, best_value = start[:, 0].copy(), start_value.copy()
+    searches = []
+    for p in range(num_problems):
+        rng = np.random.default_rng([seed, p])
+        opts = {"bounds": [bounds[0], bounds[1]], "popsize": lam, "verbose": -9, "seed": float("nan"),
+                "randn": lambda *shape, rng=rng: rng.standard_normal(shape)}
+        searches.append(cma.CMAEvolutionStrategy(np.zeros(dims), sigma0, opts))
+    for _ in range(generations):
+        asked = [np.asarray(es.ask(), float) for es in searches]       # P x (lam, dims)
+        c = np.stack(asked)
+        values = np.asarray(objective(c), float) + l1 * np.abs(c).mean(-1)
+        for p, es in enumerate(searches):
+            es.tell(list(asked[p]), values[p].tolist())
+        k = values.argmin(1)
+        better = values[np.arange(num_problems), k] < best_value
+        best_value[better] = values[better, k[better]]
+        best_c[better] = c[better, k[better]]
+    return best_c, best_value, start_value, 1 + generations * lam
