@@ -185,6 +185,57 @@ def test_explainers_train_and_are_seeded(tiny):
     assert ga.shape == a.shape and torch.equal(ga, paper.run_gnnexplainer(model, p, 3, 0.01, seed=1))
 
 
+def test_cached_normalisation_is_bit_for_bit_the_plain_layers():
+    """The GCN's NormCache hands each GCNConv the gcn_norm it would compute: outputs and gradients
+    equal a plain forward (each layer's own gcn_norm), with and without explain-mode edge masks;
+    an in-place edit or another tensor of equal shape is never served a stale entry."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    from torch_geometric.nn import global_max_pool
+
+    def plain(model, x, ei, batch):
+        for conv in model.convs:
+            x = torch.relu(type(conv).forward(conv, x, ei))     # GCNConv's own forward, no cache slot set
+        return model.head(global_max_pool(x, batch))
+
+    torch.manual_seed(0)
+    model = paper.GCN(2)
+    graphs = [paper.make_dataset("ba_2motifs", 4, seed=0).graphs[i] for i in range(4)]
+    b = paper.batch_of(graphs)
+    mask = torch.rand(b.edge_index.shape[1], requires_grad=True)
+    outs = []
+    for use_cache in (True, False, True):                         # miss, plain, hit
+        for m in (None, mask):
+            if m is not None:
+                set_masks(model, m, b.edge_index, apply_sigmoid=False)
+            try:
+                out = model(b.x, b.edge_index, b.batch) if use_cache else plain(model, b.x, b.edge_index, b.batch)
+            finally:
+                clear_masks(model)
+            grad = torch.autograd.grad(out.sum(), [mask, *model.parameters()], allow_unused=True) if m is not None else ()
+            outs.append((out.detach(), [g for g in grad if g is not None]))
+    assert model.norm_cache.hits >= 1
+    for k in (0, 1):
+        for other in (outs[2 + k], outs[4 + k]):
+            assert torch.equal(outs[k][0], other[0])
+            assert all(torch.equal(g1, g2) for g1, g2 in zip(outs[k][1], other[1]))
+    # an edited edge_index (in place) and a fresh tensor of equal shape get their own normalisation
+    ei = b.edge_index.clone()
+    first = model(b.x, ei, b.batch)
+    ei[:, :2] = ei[:, :2].flip(0)
+    assert torch.equal(model(b.x, ei, b.batch), plain(model, b.x, ei, b.batch))
+    other = b.edge_index[:, torch.randperm(ei.shape[1])]
+    assert torch.equal(model(b.x, other, b.batch), plain(model, b.x, other, b.batch))
+    assert torch.equal(first, plain(model, b.x, b.edge_index, b.batch))
+    cache = paper.NormCache(size=2)
+    tensors = [b.edge_index.clone() for _ in range(3)]
+    for t in tensors:
+        cache(t, b.x.shape[0], b.x.dtype)
+    assert len(cache.entries) == 2 and all(e[0] is not tensors[0] for e in cache.entries.values())
+    with torch.inference_mode():
+        cache(b.edge_index.clone(), b.x.shape[0], b.x.dtype)
+    assert len(cache.entries) == 2
+
+
 def test_pg_coefficients_do_not_leak():
     from torch_geometric.explain import PGExplainer
 

@@ -107,4 +107,4 @@ from .explainers import (
     train_pg,
     within_graph_rank,
 )
-from .models import ASSET_NAME, GCN, AssetSettings, accuracy, batch_of, build_asset, load_asset, settings_for, split, train_gcn
+from .models import ASSET_NAME, GCN, AssetSettings, NormCache, accuracy, batch_of, build_asset, load_asset, settings_for, split, train_gcn

@@ -174,6 +174,7 @@ def train_ms(model, batches: list, settings: ExplainerSettings, seed: int) -> MS
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng([seed, 3])
     t0, t1 = settings.temperature
+    replicated = {}                      # per batch: its 2S disjoint copies, built once (the GCN caches their normalisation)
     for epoch in range(settings.epochs):
         T = t0 * (t1 / t0) ** (epoch / settings.epochs)
         for bi in rng.permutation(len(batches)):
@@ -188,10 +189,11 @@ def train_ms(model, batches: list, settings: ExplainerSettings, seed: int) -> MS
                 masks.append(torch.sigmoid((ws - soft_thresholds(ws, p.edge_graph, rho)) / T))
             M = torch.stack(masks)                                             # (S, E)
             R = 2 * S                                                          # key and complement copies
-            offs = torch.arange(R).repeat_interleave(E) * N
-            ei = p.edge_index.repeat(1, R) + offs
-            h, logits = masked_forward(model, p.x.repeat(R, 1), ei, (p.batch.repeat(R) + torch.arange(R).repeat_interleave(N) * B),
-                                       torch.cat([M, 1 - M]).reshape(-1))
+            if bi not in replicated:
+                replicated[bi] = (p.x.repeat(R, 1), p.edge_index.repeat(1, R) + torch.arange(R).repeat_interleave(E) * N,
+                                  p.batch.repeat(R) + torch.arange(R).repeat_interleave(N) * B)
+            xr, ei, br = replicated[bi]
+            h, logits = masked_forward(model, xr, ei, br, torch.cat([M, 1 - M]).reshape(-1))
             h, logits = h.view(R, B, -1), logits.view(R, B, -1)
             y = p.yhat.repeat(S)
             suff = nn.functional.cross_entropy(logits[:S].reshape(S * B, -1), y)
