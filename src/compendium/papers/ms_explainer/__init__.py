@@ -51,7 +51,7 @@ Small-scale deviations
   benchmarks; here ``ba_house_grid`` (house vs 3x3 grid on a BA base) and ``tree_cycles``
   (9-cycle vs 3x3 grid on a depth-3 binary tree) stand in for them, so that one explainer pipeline
   (PGExplainer's graph-level mode) serves all four sets within the CPU budget.
-- 120 (smoke) / 240 (full) graphs per dataset, 3 trained GCNs, 3 / 10 explainer seeds; two
+- 120 (smoke) / 240 (full) graphs per dataset, 3 / 5 trained GCNs, 3 / 10 explainer seeds; two
   datasets at smoke scale, four at full; explainers get ``epochs`` (4) passes over the training
   graphs in batches of 20 (PGExplainer's size term divided by the batch size so it stays per
   graph); GNNExplainer 50 steps (its default is 100).

@@ -116,7 +116,7 @@ def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
         return AssetSettings(num_graphs=120, num_models=3, steps=200)
     if scale == "full":
-        return AssetSettings(num_graphs=240, num_models=3, steps=200)
+        return AssetSettings(num_graphs=240, num_models=5, steps=200)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
 
 
