@@ -95,3 +95,34 @@ def test_tiny_training_reduces_loss():
     _, log = train_model(s, "mdm", 0)
     losses = [l for _, l in log["losses"]]
     assert losses[-1] < losses[0]
+
+
+def test_query_embedding_is_causal_and_reaches_the_answer_slots():
+    """The question-type and first-argument embeddings added at the last prompt position and the
+    answer positions come from prompt tokens only: under the causal mask no logit depends on a
+    later token, and the predicting positions do depend on the first argument."""
+    frames, patches, L = 3, 2, 4
+    torch.manual_seed(0)
+    model = M.VideoLM(32, 2, 4, frames * patches + 3 + L, frames * patches, patches).eval()
+    T = frames * patches + 3 + L
+    ids = torch.randint(0, M.VOCAB, (2, T))
+    mask = M.causal_mask(T)
+    base = model(ids, mask)
+    for t in range(T):
+        changed = ids.clone()
+        changed[:, t] = (changed[:, t] + 1) % M.VOCAB
+        out = model(changed, mask)
+        assert torch.equal(out[:, :t], base[:, :t]), f"a logit before position {t} moved"
+    # with each position attending only to itself, a position's logits read its own input alone:
+    # the first argument then reaches exactly its own slot, the last prompt position and the answers
+    s_q = frames * patches + M.PROMPT_LEN - 1
+    own = torch.eye(T, dtype=torch.bool)
+    for slot in (frames * patches, frames * patches + 1):        # question type, first argument
+        arg = ids.clone()
+        arg[:, slot] = (arg[:, slot] + 1) % M.VOCAB
+        moved = (model(arg, own) - model(ids, own)).abs().amax((0, 2)) > 0
+        assert moved.tolist() == [t == slot or t >= s_q for t in range(T)]
+    second = ids.clone()
+    second[:, frames * patches + 2] = (second[:, frames * patches + 2] + 1) % M.VOCAB
+    moved = (model(second, own) - model(ids, own)).abs().amax((0, 2)) > 0
+    assert moved.tolist() == [t == frames * patches + 2 for t in range(T)]

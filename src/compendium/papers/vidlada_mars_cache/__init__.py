@@ -11,7 +11,11 @@ Implemented (``model.py``):
   tercile; train / dev / test questions come from disjoint generator streams;
 * one tiny pre-LN transformer of our own with explicit boolean attention masks and a per-layer
   K/V cache (``VideoLM.partial``; a visual token's input also carries the embedding of its
-  frame's number token, an inductive bias that makes frame indices easy to read out), trained as AR (causal mask, next-token CE on the answer) and
+  frame's number token, an inductive bias that makes frame indices easy to read out, and the
+  last prompt position and the answer positions carry the embeddings of the question-type and
+  first-argument tokens, so the predicting position holds the query it looks up in the video:
+  without it the 2-layer models answered from question-type priors), trained as AR (causal mask,
+  next-token CE on the answer) and
   as a masked diffusion model (bidirectional mask; the LLaDA loss: ``t ~ U(0,1)``,
   ``p_mask = (1 - eps) t + eps``, ``eps = 1e-3``, loss ``sum_masked CE / p_mask / L``);
 * LLaDA's low-confidence remasking at temperature 0 (one block, ``num_transfer_tokens``);
