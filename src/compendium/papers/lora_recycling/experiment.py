@@ -295,8 +295,10 @@ def run(config: Config, asset: dict) -> Result:
     r = np.r_[np.full(P, cfg.lora_rank), np.full(P, cfg.matched_rank)]
     d_lora, f_lora = train_lora(W, xtr.repeat(2, 1, 1), ytr.repeat(2, 1), r, cfg.lora_alpha, lrs_lora, cfg.lora_steps,
                                 int(round(cfg.warmup_fraction * cfg.lora_steps)), gen, return_factors=True)
-    both = {m: d.reshape(2, P, L, *d.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *d.shape[2:])
-            for m, d in d_lora.items()}                                   # options: rank-major
+    def options(t):                      # (2P, L, ...) -> (P, 2L, ...): per problem, rank-major options
+        return t.reshape(2, P, L, *t.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *t.shape[2:])
+
+    both = {m: options(d) for m, d in d_lora.items()}
     acc_dv, loss_dv = dev_eval(both)
     for arm, sl in (("target_lora", slice(0, 2 * L)), ("target_lora_r4", slice(0, L)), ("target_lora_r1", slice(L, 2 * L))):
         choice = dev_choice(acc_dv[:, sl], loss_dv[:, sl]) + sl.start
@@ -352,9 +354,7 @@ def run(config: Config, asset: dict) -> Result:
     # --- closeness selection: the K pool LoRAs whose whole update is closest (cosine, by the trace
     # identity) to the dev-picked target LoRA's, then Ours on them
     idx = torch.arange(P)
-    picked_f = {m: (a.reshape(2, P, L, *a.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *a.shape[2:])[idx, target_choice],
-                    b.reshape(2, P, L, *b.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *b.shape[2:])[idx, target_choice],
-                    sc.reshape(2, P).T[idx, target_choice // L])
+    picked_f = {m: (options(a)[idx, target_choice], options(b)[idx, target_choice], sc.reshape(2, P).T[idx, target_choice // L])
                 for m, (a, b, sc) in f_lora.items()}
     pool_f = {m: (A[m], B[m], scales) for m in MODULES}
     closeness = lora_cosines(pool_f, picked_f)                       # (P, N)
