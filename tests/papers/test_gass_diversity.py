@@ -97,3 +97,70 @@ def test_tiny_run_is_deterministic():
         for m in r1.arms[arm]:
             assert np.array_equal(r1.arms[arm][m], r2.arms[arm][m])
     assert r1.arms["vanilla"]["dep"].shape == (2, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# the digits setting (diffusers UNet + DDIM, a tiny untrained dual encoder as φ)
+# ---------------------------------------------------------------------------------------------
+def _tiny_digits():
+    from compendium.papers.gass_diversity import digits, generator
+    from compendium.papers.prototype_tta import model as clip_model
+
+    clip = clip_model.build_model(clip_model.EncoderConfig(conv1_channels=4, conv2_channels=4, hidden=8,
+                                                           text_embedding=4, text_hidden=8, embed_dim=8), 0).eval()
+    settings = generator.GeneratorSettings(steps=3, batch_size=8, channels=(8, 16))
+    split = clip_model.split_indices_for(0)
+    unet, metrics = generator.train(settings, 0, split["train"], log=lambda *_: None)
+    return digits, clip, unet, split, metrics
+
+
+def test_tiny_generator_trains_and_samples():
+    digits, clip, unet, split, metrics = _tiny_digits()
+    assert np.isfinite(metrics["final_loss_mean_100"]) and metrics["parameters"] > 0
+    phi = digits.DigitPhi(clip).eval()
+    e_t, axes, share = digits.class_axes(clip, *digits.digit_data.load_digit_images(), split["train"], 2, 0)
+    assert all(abs(np.linalg.norm(e_t[k]) - 1) < 1e-9 and abs(axes["fixed"][k] @ e_t[k]) < 1e-9 for k in range(2))
+    noise = torch.randn(8, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    lab = np.repeat([0, 1], 4)
+    x, moved = digits.ddim_sample(unet, phi, lab, noise, digits.DigitArm("g", 5.0, "gass", 1, 1, 0.1), e_t, axes,
+                                  4, 4, 2, 0)
+    assert x.shape == (8, 1, 8, 8) and torch.isfinite(x).all() and moved > 0
+    xr, moved_r = digits.ddim_sample(unet, phi, lab, noise, digits.DigitArm("r", 5.0, "repel", lr=8e-3), e_t, axes,
+                                     4, 4, 2, 0)
+    assert torch.isfinite(xr).all() and moved_r > 0
+
+
+def test_ddim_zero_step_hook_is_bit_identical():
+    digits, clip, unet, split, _ = _tiny_digits()
+    phi = digits.DigitPhi(clip).eval()
+    e_t, axes, _ = digits.class_axes(clip, *digits.digit_data.load_digit_images(), split["train"], 2, 0)
+    noise = torch.randn(8, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    lab = np.repeat([0, 1], 4)
+    xa, _ = digits.ddim_sample(unet, phi, lab, noise, digits.DigitArm("v", 5.0), e_t, axes, 4, 4, 0, 0)
+    for arm in (digits.DigitArm("g", 5.0, "gass", 1, 1, 0.02), digits.DigitArm("r", 5.0, "repel")):
+        xb, _ = digits.ddim_sample(unet, phi, lab, noise, arm, e_t, axes, 4, 4, 0, 0)
+        assert torch.equal(xa, xb)
+
+
+def test_tiny_digits_run_shapes_and_determinism():
+    digits, clip, unet, split, _ = _tiny_digits()
+    cfg = digits.DigitsConfig(num_models=2, num_classes=2, num_batches=2, batch_size=4, sampler_steps=3,
+                              guided_steps=1, low_cfg_grid=(2.0,), repel_grid=(8e-3,), dose_grid=(0.02, 0.1))
+    r1 = digits.run_digits(cfg, [unet, unet], clip, split)
+    r2 = digits.run_digits(cfg, [unet, unet], clip, split)
+    assert set(r1.arms) == {a.name for a in digits.digit_arms(cfg)}
+    for arm in r1.arms:
+        for m in r1.arms[arm]:
+            assert r1.arms[arm][m].shape == (2, 4)
+            assert np.array_equal(r1.arms[arm][m], r2.arms[arm][m])
+    assert r1.images["gass"].shape == (2, 4, 8, 8)
+
+
+def test_vendi2_and_top_pc():
+    E = torch.eye(6, dtype=torch.float64)
+    assert abs(float(torch.exp(-paper.vendi2_loss(E, 1))) * 36 - 6) < 1e-9
+    same = torch.ones(2, 5, 3, dtype=torch.float64) / 3 ** 0.5
+    assert abs(float(torch.exp(-paper.vendi2_loss(same.reshape(10, 3), 2))) * 25 - 1) < 1e-9
+    rng = np.random.default_rng(0)
+    R = rng.standard_normal((400, 3)) * np.array([3.0, 1.0, 0.5])
+    assert abs(abs(paper.top_pc(R)[0]) - 1) < 0.05

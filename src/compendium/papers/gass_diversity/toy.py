@@ -1,38 +1,4 @@
-"""GASS geometry-aware spherical sampling, on a 16-D class-conditional rectified-flow toy.
-
-Paper card
-----------
-ICML 2026, seed file ``000_f69ae4f9f6fb29da.txt``, abstract 10. The card
-(``shared/papers/gass_diversity.md``) reads the released script; we implement our own reading.
-
-Equations implemented
----------------------
-* Data ``x = 3 c_k + s_dep z_dep c_k + s_ind z_ind d + s_n eps`` in R^16, with orthonormal class
-  directions ``c_k`` and a direction ``d`` orthogonal to all of them (``z_dep`` varies along the
-  class axis, ``z_ind`` off it: the ground-truth factors the real paper lacks).
-* Rectified flow, ``x_σ = (1-σ) x_0 + σ ε``, velocity ``v = ε - x_0``, ``x̂_0 = x_σ - σ v``;
-  classifier-free guidance ``v = v_∅ + w (v_c - v_∅)``; Euler steps from σ = 1 to 0.
-* "CLIP" φ: a fixed random two-layer tanh MLP R^16 -> S^31 (not CLIP); ``e_t(k)`` is the
-  normalised mean of φ over class-k data.
-* GASS (:func:`build_e_target`): ``a_i = <e_i, e_t>``, ``r_i = e_i - a_i e_t``;
-  ``a_i' = clip(a_i + w1 U(-r1, r1), -1, 1)``; ``u_ind`` = among 10 random unit vectors made
-  orthogonal to ``e_t`` by QR, the one with the largest mean ``|<r_i, b>|``;
-  ``target_i = normalise(a_i' e_t + r_i + w2 U(-r2, r2) u_ind)``.
-* :func:`optimise_x0_to_target`: Adam on x̂_0 maximising mean cos(φ(x̂_0), target) (lr 8e-3,
-  ≤ 60 steps, stop after 4 steps with gain < 5e-5); then ``v' = (x_σ - x̂_0') / σ`` at the
-  first ``guided_steps`` Euler steps.
-* Metrics: projection spreads (std of ``<e, e_t>`` and of ``<e, u_ind>``), Vendi score of the
-  embeddings with the cosine kernel, alignment = mean cos(φ(x), e_t), density and coverage
-  (Naeem et al. 2020, k = 5) against true class samples in data space.
-
-Ours, and why: the whole toy (no diffusers model: the time budget of this session); the
-rectified-flow MLP is trained by a plain Adam loop in :func:`train_flow` (a few seconds per model).
-
-Small-scale deviations
-----------------------
-φ is a random MLP, not CLIP; the "prompts" are 4 class labels; the sampler has 20 Euler steps
-(the paper: 28 steps of SD3-M) and guidance at steps 1-5 (the paper: 1-10).
-"""
+"""The 16-D class-conditional rectified-flow toy: exact geometry and the ground-truth factors z_dep, z_ind."""
 
 from __future__ import annotations
 
@@ -41,6 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch import nn
+
+from .core import (build_e_target, decompose_on_axis, density_coverage, optimise_x0_to_target, rf_velocity_from_x0,
+                   orthogonal_candidates, projection_spread, select_u_ind, vendi_score)
 
 DIM = 16
 EMB = 32
@@ -124,69 +93,6 @@ def train_flow(toy: Toy, num_classes: int, steps: int, seed: int, batch: int = 2
     return model
 
 
-# ----------------------------------------------------------------------------------------------
-# GASS pieces
-# ----------------------------------------------------------------------------------------------
-def decompose_on_axis(E: np.ndarray, e_t: np.ndarray):
-    """a_i = <e_i, e_t>, r_i = e_i - a_i e_t (r_i ⟂ e_t)."""
-    a = E @ e_t
-    return a, E - a[:, None] * e_t[None]
-
-
-def orthogonal_candidates(e_t: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n random unit vectors orthogonal to e_t and to each other (QR of [e_t, random])."""
-    m = np.concatenate([e_t[:, None], rng.standard_normal((e_t.size, n))], axis=1)
-    q, _ = np.linalg.qr(m)
-    return q[:, 1:n + 1].T.copy()
-
-
-def select_u_ind(R: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """The candidate with the largest mean |<r_i, b>| (best of the random directions, not PCA)."""
-    return candidates[int(np.argmax(np.abs(R @ candidates.T).mean(axis=0)))]
-
-
-def build_e_target(E, e_t, w1, w2, r1, r2, rng, u_ind=None, num_candidates: int = 10):
-    """GASS targets on the sphere; returns (targets, u_ind). w1 = w2 = 0 returns E exactly."""
-    a, R = decompose_on_axis(E, e_t)
-    if u_ind is None:
-        u_ind = select_u_ind(R, orthogonal_candidates(e_t, num_candidates, rng))
-    n = len(E)
-    u1, u2 = rng.uniform(-r1, r1, n), rng.uniform(-r2, r2, n)
-    if w1 == 0 and w2 == 0:
-        return E.copy(), u_ind
-    a2 = np.clip(a + w1 * u1, -1.0, 1.0)
-    t = a2[:, None] * e_t[None] + R + (w2 * u2)[:, None] * u_ind[None]
-    return t / np.linalg.norm(t, axis=1, keepdims=True), u_ind
-
-
-def optimise_x0_to_target(x0, target, encoder, lr=8e-3, max_steps=60, tol=5e-5, patience=4):
-    """Adam on x̂_0 maximising mean cos(φ(x̂_0), target); returns (x̂_0', steps taken)."""
-    x = x0.detach().clone().requires_grad_(True)
-    tgt = torch.as_tensor(target, dtype=x.dtype)
-    opt = torch.optim.Adam([x], lr=lr)
-    best, stall, steps = -np.inf, 0, 0
-    for _ in range(max_steps):
-        score = (encoder(x) * tgt).sum(-1).mean()
-        opt.zero_grad()
-        (-score).backward()
-        opt.step()
-        steps += 1
-        s = float(score.detach())
-        if s - best < tol:
-            stall += 1
-            if stall >= patience:
-                break
-        else:
-            stall = 0
-        best = max(best, s)
-    return x.detach(), steps
-
-
-def rf_velocity_from_x0(x_t, x0, sigma):
-    """v' = (x_σ - x̂_0') / σ (the rectified-flow velocity that predicts x̂_0')."""
-    return (x_t - x0) / sigma
-
-
 @dataclass(frozen=True)
 class Arm:
     name: str
@@ -225,32 +131,6 @@ def sample(model, encoder, e_t, label, n, arm: Arm, rng, steps=20, guided_steps=
 
 
 # ----------------------------------------------------------------------------------------------
-# metrics
-# ----------------------------------------------------------------------------------------------
-def vendi_score(E: np.ndarray) -> float:
-    """exp(entropy of the eigenvalues of K/n), K the cosine kernel."""
-    En = E / np.linalg.norm(E, axis=1, keepdims=True)
-    lam = np.linalg.eigvalsh(En @ En.T / len(En))
-    lam = lam[lam > 1e-12]
-    return float(np.exp(-(lam * np.log(lam)).sum()))
-
-
-def projection_spread(E: np.ndarray, axis: np.ndarray) -> float:
-    return float(np.std(E @ axis, ddof=1))
-
-
-def density_coverage(real: np.ndarray, fake: np.ndarray, k: int = 5):
-    """Density and coverage of Naeem et al. (2020) with k-NN balls around the real points."""
-    drr = np.linalg.norm(real[:, None] - real[None], axis=-1)
-    radius = np.sort(drr, axis=1)[:, k]  # k-th neighbour (index 0 is the point itself)
-    drf = np.linalg.norm(real[:, None] - fake[None], axis=-1)  # (n_real, n_fake)
-    inside = drf <= radius[:, None]
-    density = float(inside.sum() / (k * fake.shape[0]))
-    coverage = float((drf.min(axis=1) <= radius).mean())
-    return density, coverage
-
-
-# ----------------------------------------------------------------------------------------------
 # experiment
 # ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -269,9 +149,12 @@ class Config:
     low_cfg_grid: tuple = (1.0, 2.0, 3.0)
     r: float = 0.02
     real_per_class: int = 500
+    arm_names: tuple | None = None  # None: every arm; else the subset to sample (in this order)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "low_cfg_grid", tuple(float(v) for v in self.low_cfg_grid))  # lists from the registry
+        if self.arm_names is not None:
+            object.__setattr__(self, "arm_names", tuple(self.arm_names))
         if self.num_models < 2:
             raise ValueError("num_models must be >= 2 (the unit of the seed-SD)")
         if self.num_batches < 2 or self.batch_size < 4:
@@ -294,6 +177,9 @@ def _arms(config: Config) -> list[Arm]:
     arms = [Arm("vanilla", w), Arm("gass", w, 1, 1, r, True), Arm("dep_only", w, 1, 0, r, True),
             Arm("ind_only", w, 0, 1, r, True), Arm("as_released", w, 0, 0, r, True)]
     arms += [Arm(f"cfg_{c:g}", c) for c in config.low_cfg_grid]
+    if config.arm_names is not None:
+        by_name = {a.name: a for a in arms}
+        arms = [by_name[n] for n in config.arm_names]
     return arms
 
 
