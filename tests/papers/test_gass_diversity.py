@@ -90,9 +90,9 @@ def test_velocity_rewrite_round_trip():
 
 
 def test_tiny_run_is_deterministic():
-    cfg = paper.Config(num_models=2, num_classes=2, train_steps=20, batch_size=4, num_batches=2,
-                       sampler_steps=4, guided_steps=2, low_cfg_grid=(1.0,), real_per_class=40)
-    r1, r2 = paper.run(cfg), paper.run(cfg)
+    cfg = paper.ToyConfig(num_models=2, num_classes=2, train_steps=20, batch_size=4, num_batches=2,
+                          sampler_steps=4, guided_steps=2, low_cfg_grid=(1.0,), real_per_class=40)
+    r1, r2 = paper.run_toy(cfg), paper.run_toy(cfg)
     for arm in r1.arms:
         for m in r1.arms[arm]:
             assert np.array_equal(r1.arms[arm][m], r2.arms[arm][m])

@@ -51,14 +51,68 @@ order-2 Vendi score so that its gradient needs no eigen-decomposition of a near-
 
 Small-scale deviations
 ----------------------
-φ is a tiny CLIP trained on digits, not CLIP; the "prompts" are digit classes; DDIM with 20 steps
-(the paper: 28 steps of SD3-M) and guidance at steps 1-5 (the paper: 1-10); one ``u_ind`` per
-class, chosen once from real training residuals by the paper's rule and used both to push and to
-measure (the script re-selects it per batch); 10 images per batch (as the paper).
+φ is a tiny CLIP trained on digits, not CLIP; the "prompts" are digit classes (2 at smoke, 4 at
+full); 8x8 pixel-space diffusion with a 165k-parameter UNet, DDIM with 20 trailing steps and x̂_0
+clipped to [-1, 1] (the paper: 28 steps of SD3-M in latent space) and guidance at steps 1-5 (the
+paper: 1-10 of 28); one ``u_ind`` per class, chosen once from real training residuals by the
+paper's rule and used both to push and to measure (the script re-selects it per batch); 10 images
+per batch (as the paper); two repulsion strengths at smoke, three at full (time).
+The repulsion baseline uses the order-2 Vendi score. The Vendi repulsion, the PCA u_ind and the
+dose arms are run on digits only; the disentanglement rows on the toy only.
+
+Results (seed 0; see the notebook's Limits for the sweep): RESULTS_PLACEHOLDER
 """
 
+from dataclasses import dataclass
+
 from .core import (build_e_target, decompose_on_axis, density_coverage, optimise_x0_repulsion,  # noqa: F401
-                   optimise_x0_to_target, orthogonal_candidates, projection_spread, select_u_ind,
-                   rf_velocity_from_x0, top_pc, vendi2_loss, vendi_score)
-from .toy import (Arm, Config, Encoder, FlowMLP, Result, Toy, make_toy, run,  # noqa: F401
-                  sample, sample_data, train_flow)
+                   optimise_x0_to_target, orthogonal_candidates, projection_spread, rf_velocity_from_x0,
+                   select_u_ind, top_pc, vendi2_loss, vendi_score)
+from .digits import DigitsConfig, DigitsResult, run_digits  # noqa: F401
+from .toy import Arm, Encoder, FlowMLP, Toy, make_toy, sample, sample_data, train_flow  # noqa: F401
+from .toy import Config as ToyConfig  # noqa: F401
+from .toy import Result as ToyResult  # noqa: F401
+from .toy import run as run_toy  # noqa: F401
+
+TOY_ARMS = ("vanilla", "dep_only", "ind_only")  # the toy serves the disentanglement rows only
+TOY_MODELS = 3
+
+
+@dataclass(frozen=True)
+class Config:
+    """The chapter's parameters (names match the notebook's parameters cell and the registry)."""
+
+    seed: int = 0
+    num_models: int = 3
+    num_classes: int = 2
+    num_batches: int = 2
+    batch_size: int = 10
+    r: float = 0.02
+    dose_grid: tuple = (0.01, 0.02, 0.05, 0.1)
+    sampler_steps: int = 20
+    guided_steps: int = 5
+    cfg: float = 5.0
+    low_cfg_grid: tuple = (1.5, 2.5, 3.5)
+    repel_grid: tuple = (0.004, 0.016)
+    toy_classes: int = 2
+    toy_train_steps: int = 1000
+    toy_batches: int = 4
+    toy_batch_size: int = 16
+
+    def digits(self) -> DigitsConfig:
+        return DigitsConfig(seed=self.seed, num_models=self.num_models, num_classes=self.num_classes,
+                            num_batches=self.num_batches, batch_size=self.batch_size,
+                            sampler_steps=self.sampler_steps, guided_steps=self.guided_steps, cfg=self.cfg,
+                            low_cfg_grid=self.low_cfg_grid, repel_grid=self.repel_grid, r=self.r,
+                            dose_grid=self.dose_grid)
+
+    def toy(self) -> ToyConfig:
+        return ToyConfig(seed=self.seed, num_models=TOY_MODELS, num_classes=self.toy_classes,
+                         train_steps=self.toy_train_steps, num_batches=self.toy_batches,
+                         batch_size=self.toy_batch_size, r=self.r, sampler_steps=self.sampler_steps,
+                         guided_steps=self.guided_steps, cfg=self.cfg, arm_names=TOY_ARMS)
+
+
+def run(config: Config, generators, clip, split) -> tuple:
+    """Both settings: ``(DigitsResult, ToyResult)``; ``generators`` and ``clip`` come from the assets."""
+    return run_digits(config.digits(), generators, clip, split), run_toy(config.toy())
