@@ -64,7 +64,8 @@ Small-scale deviations
   every explainer.
 """
 
-from .data import DATASETS, MAX_DEGREE, degree_features, GraphSet, class_specs, house_ring, make_dataset, motif_graph
+from .data import (DATASETS, MAX_DEGREE, NODE_DATASETS, GraphSet, class_specs, degree_features, house_ring, make_dataset,
+                   motif_graph, node_spec, task_of)
 from .experiment import (
     ABLATIONS,
     CORE,
@@ -78,6 +79,7 @@ from .experiment import (
     family_settings,
     generator_report,
     measurements,
+    node_targets,
     run,
     stability_groups,
     time_per_epoch,
@@ -92,7 +94,13 @@ from .explainers import (
     add_noise_edges,
     auc_per_graph,
     fidelity,
+    NODE_MODEL_CONFIG,
+    explained_nodes,
+    forward_prepared,
     masked_forward,
+    noisy_positions,
+    prepare_nodes,
+    computation_subgraphs,
     ms_scores,
     pairwise_mean,
     parameter_count,
@@ -107,4 +115,5 @@ from .explainers import (
     train_pg,
     within_graph_rank,
 )
-from .models import ASSET_NAME, GCN, AssetSettings, NormCache, accuracy, batch_of, build_asset, load_asset, settings_for, split, train_gcn
+from .models import (ASSET_NAME, GCN, AssetSettings, NormCache, accuracy, batch_of, build_asset, load_asset, node_accuracy,
+                     settings_for, split, split_nodes, train_gcn, train_node_gcn)
