@@ -70,13 +70,57 @@ def test_node_generator(name):
     assert int(g.gt.sum()) == 2 * motif.number_of_edges() * spec["num_motifs"]
     assert (g.y[g.motif < 0] == 0).all() and (g.y[g.motif >= 0] > 0).all()
     assert sorted(g.order.tolist()) == list(range(g.num_nodes)) and g.x.shape == (g.num_nodes, 8)
-    # the extra random edges join base nodes only
-    extra = ~g.gt & (g.motif[g.edge_index[0]] < 0) & (g.motif[g.edge_index[1]] < 0)
-    assert int(extra.sum()) > 0
     bad = paper.make_dataset(name, 0, seed=1).graphs[0]
     bad.y = bad.y.clone()
     bad.y[0] = 1                                   # a base node with a motif label
     assert not paper.generator_report(name, [bad])["ok"]
+
+
+def _check_extra(ei0, ei, gt, count):
+    """``ei`` is ``ei0`` followed by ``count`` new undirected edges (both directions), none ground truth."""
+    assert torch.equal(ei[:, :ei0.shape[1]], ei0) and ei.shape[1] == ei0.shape[1] + 2 * count
+    extra = ei[:, ei0.shape[1]:]
+    assert not gt[ei0.shape[1]:].any()
+    pairs = set(map(tuple, extra.t().tolist()))
+    assert len(pairs) == 2 * count and all((j, i) in pairs for i, j in pairs)        # symmetric, no duplicates
+    assert not (extra[0] == extra[1]).any()                                           # no self-loops
+    assert not pairs & set(map(tuple, ei0.t().tolist()))                              # none already present
+    return extra
+
+
+@pytest.mark.parametrize("name", paper.DATASETS)
+def test_extra_edge_rule(name):
+    """round(0.1 |E|) new undirected edges (|E| before adding), endpoints anywhere, motif nodes included."""
+    if name in paper.NODE_DATASETS:
+        g0 = paper.make_dataset(name, 0, seed=4, extra_edge_fraction=0.0).graphs[0]
+        g = paper.make_dataset(name, 0, seed=4).graphs[0]          # same base and motifs (same torch seed)
+        count = round(0.1 * g0.edge_index.shape[1] / 2)
+        assert count == paper.extra_edge_count(g0.edge_index, 0.1) > 0
+        extra = _check_extra(g0.edge_index, g.edge_index, g.gt, count)
+        assert (g.motif[extra] >= 0).any()                          # some new edge touches a motif node
+        assert (g.motif[extra] < 0).any()
+        return
+    from compendium.papers.ms_explainer.data import _add_extra_edges
+    gs = paper.make_dataset(name, 12, seed=4, extra_edge_fraction=0.0)
+    rng = np.random.default_rng(0)
+    touched_motif = False
+    for g in gs.graphs:
+        count = paper.extra_edge_count(g.edge_index, 0.1)
+        assert count == round(0.1 * g.edge_index.shape[1] / 2) > 0
+        extra = _add_extra_edges(g.edge_index, g.num_nodes, count, rng)
+        ei = torch.cat([g.edge_index, extra], 1)
+        gt = torch.cat([g.gt, torch.zeros(extra.shape[1], dtype=torch.bool)])
+        _check_extra(g.edge_index, ei, gt, count)
+        motif_nodes = set(g.edge_index[:, g.gt].flatten().tolist())
+        touched_motif |= bool(set(extra.flatten().tolist()) & motif_nodes)
+    assert touched_motif
+    with pytest.raises(ValueError):                                 # more edges than the complete graph has
+        _add_extra_edges(g.edge_index, g.num_nodes, g.num_nodes ** 2, rng)
+    # the generated sets carry the rule too: every graph has round(0.1 |E0|) non-motif edges more than before
+    full = paper.make_dataset(name, 12, seed=4)
+    e0 = sorted(g.edge_index.shape[1] // 2 for g in gs.graphs)
+    e1 = sorted(g.edge_index.shape[1] // 2 for g in full.graphs)
+    assert e1 == sorted(e + round(0.1 * e) for e in e0) or len(e0) != len(e1)
 
 
 def test_generator_is_seeded_and_leaves_global_stream():

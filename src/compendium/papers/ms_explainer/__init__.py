@@ -81,7 +81,7 @@ Small-scale deviations
   every explainer.
 """
 
-from .data import (DATASETS, MAX_DEGREE, NODE_DATASETS, GraphSet, class_specs, degree_features, house_ring, make_dataset,
+from .data import (DATASETS, MAX_DEGREE, NODE_DATASETS, GraphSet, class_specs, degree_features, extra_edge_count, house_ring, make_dataset,
                    motif_graph, node_spec, task_of)
 from .experiment import (
     ABLATIONS,

@@ -123,7 +123,7 @@ class AssetSettings:
     train_fraction: float = 0.5
     dev_fraction: float = 0.2
     datasets: tuple = DATASETS
-    node_steps: int = 400                # node sets: full-graph steps (one step sees every node)
+    node_steps: int = 1200               # node sets: full-graph steps (one step sees every node)
 
 
 def settings_for(scale: str) -> AssetSettings:
