@@ -33,8 +33,20 @@ def tiny(one_torch_thread):
     return gs, model
 
 
+@pytest.fixture(scope="module")
+def tiny_node(one_torch_thread):
+    """Tree-Cycles (node level) and one briefly trained node GCN (under a second)."""
+    gs = paper.make_dataset("tree_cycles", 0, seed=3)
+    settings = paper.AssetSettings(num_graphs=0, num_models=1, steps=1, node_steps=60)
+    idx = paper.split_nodes(gs.graphs[0], settings)
+    model, _ = paper.train_node_gcn(gs.graphs[0], idx["train"], gs.num_classes, settings, seed=0)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return gs, idx, model
+
+
 # ---------------------------------------------------------------- generators
-@pytest.mark.parametrize("name", paper.DATASETS)
+@pytest.mark.parametrize("name", [d for d in paper.DATASETS if d not in paper.NODE_DATASETS])
 def test_generator_counts_and_motifs(name):
     gs = paper.make_dataset(name, 12, seed=1)
     rep = paper.generator_report(name, gs.graphs)
@@ -44,6 +56,71 @@ def test_generator_counts_and_motifs(name):
         motif = paper.motif_graph(name, int(g.y))
         assert int(g.gt.sum()) == 2 * motif.number_of_edges()
         assert g.edge_index.shape[1] == g.gt.shape[0] and g.x.shape == (g.num_nodes, 8) and (g.x.sum(1) == 1).all()
+
+
+@pytest.mark.parametrize("name", paper.NODE_DATASETS)
+def test_node_generator(name):
+    gs = paper.make_dataset(name, 0, seed=1)
+    spec = paper.node_spec(name)
+    assert gs.task == "node" and len(gs.graphs) == 1 and gs.num_classes == spec["num_classes"]
+    rep = paper.generator_report(name, gs.graphs)
+    assert rep["ok"] and rep["motif_ok"] == spec["num_motifs"] and sum(rep["class_counts"]) == rep["node_counts"][0]
+    g = gs.graphs[0]
+    motif = paper.motif_graph(name)
+    assert int(g.gt.sum()) == 2 * motif.number_of_edges() * spec["num_motifs"]
+    assert (g.y[g.motif < 0] == 0).all() and (g.y[g.motif >= 0] > 0).all()
+    assert sorted(g.order.tolist()) == list(range(g.num_nodes)) and g.x.shape == (g.num_nodes, 8)
+    bad = paper.make_dataset(name, 0, seed=1).graphs[0]
+    bad.y = bad.y.clone()
+    bad.y[0] = 1                                   # a base node with a motif label
+    assert not paper.generator_report(name, [bad])["ok"]
+
+
+def _check_extra(ei0, ei, gt, count):
+    """``ei`` is ``ei0`` followed by ``count`` new undirected edges (both directions), none ground truth."""
+    assert torch.equal(ei[:, :ei0.shape[1]], ei0) and ei.shape[1] == ei0.shape[1] + 2 * count
+    extra = ei[:, ei0.shape[1]:]
+    assert not gt[ei0.shape[1]:].any()
+    pairs = set(map(tuple, extra.t().tolist()))
+    assert len(pairs) == 2 * count and all((j, i) in pairs for i, j in pairs)        # symmetric, no duplicates
+    assert not (extra[0] == extra[1]).any()                                           # no self-loops
+    assert not pairs & set(map(tuple, ei0.t().tolist()))                              # none already present
+    return extra
+
+
+@pytest.mark.parametrize("name", paper.DATASETS)
+def test_extra_edge_rule(name):
+    """round(0.1 |E|) new undirected edges (|E| before adding), endpoints anywhere, motif nodes included."""
+    if name in paper.NODE_DATASETS:
+        g0 = paper.make_dataset(name, 0, seed=4, extra_edge_fraction=0.0).graphs[0]
+        g = paper.make_dataset(name, 0, seed=4).graphs[0]          # same base and motifs (same torch seed)
+        count = round(0.1 * g0.edge_index.shape[1] / 2)
+        assert count == paper.extra_edge_count(g0.edge_index, 0.1) > 0
+        extra = _check_extra(g0.edge_index, g.edge_index, g.gt, count)
+        assert (g.motif[extra] >= 0).any()                          # some new edge touches a motif node
+        assert (g.motif[extra] < 0).any()
+        return
+    from compendium.papers.ms_explainer.data import _add_extra_edges
+    gs = paper.make_dataset(name, 12, seed=4, extra_edge_fraction=0.0)
+    rng = np.random.default_rng(0)
+    touched_motif = False
+    for g in gs.graphs:
+        count = paper.extra_edge_count(g.edge_index, 0.1)
+        assert count == round(0.1 * g.edge_index.shape[1] / 2) > 0
+        extra = _add_extra_edges(g.edge_index, g.num_nodes, count, rng)
+        ei = torch.cat([g.edge_index, extra], 1)
+        gt = torch.cat([g.gt, torch.zeros(extra.shape[1], dtype=torch.bool)])
+        _check_extra(g.edge_index, ei, gt, count)
+        motif_nodes = set(g.edge_index[:, g.gt].flatten().tolist())
+        touched_motif |= bool(set(extra.flatten().tolist()) & motif_nodes)
+    assert touched_motif
+    with pytest.raises(ValueError):                                 # more edges than the complete graph has
+        _add_extra_edges(g.edge_index, g.num_nodes, g.num_nodes ** 2, rng)
+    # the generated sets carry the rule too: every graph has round(0.1 |E0|) non-motif edges more than before
+    full = paper.make_dataset(name, 12, seed=4)
+    e0 = sorted(g.edge_index.shape[1] // 2 for g in gs.graphs)
+    e1 = sorted(g.edge_index.shape[1] // 2 for g in full.graphs)
+    assert e1 == sorted(e + round(0.1 * e) for e in e0) or len(e0) != len(e1)
 
 
 def test_generator_is_seeded_and_leaves_global_stream():
@@ -155,11 +232,13 @@ def test_fidelity_extremes(tiny):
 
 
 # ---------------------------------------------------------------- explainers
-def test_parameter_sharing_counts():
-    one = paper.parameter_count(paper.MSExplainer(32, (0.2,)))
-    three = paper.parameter_count(paper.MSExplainer(32, (0.1, 0.2, 0.3)))
-    unshared = paper.parameter_count(paper.MSExplainer(32, (0.1, 0.2, 0.3), shared=False))
+@pytest.mark.parametrize("node", [False, True])
+def test_parameter_sharing_counts(node):
+    one = paper.parameter_count(paper.MSExplainer(32, (0.2,), node=node))
+    three = paper.parameter_count(paper.MSExplainer(32, (0.1, 0.2, 0.3), node=node))
+    unshared = paper.parameter_count(paper.MSExplainer(32, (0.1, 0.2, 0.3), shared=False, node=node))
     assert one == three and unshared == 3 * three
+    assert three == (3 if node else 2) * 32 * 64 + 64 + 64 + 1
 
 
 def test_triangle_inequality_property(tiny):
@@ -328,3 +407,129 @@ def test_pg_with_batch_embeddings_equals_torch_geometric_pg(tiny):
     assert torch.equal(paper.pg_scores(ours, p), paper.pg_scores(ref, p))
     for a, b in zip(ours.mlp.parameters(), ref.mlp.parameters()):
         assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- node level
+def _node_batch(tiny_node, part="test", n=12):
+    gs, idx, model = tiny_node
+    nodes = paper.explained_nodes(gs.graphs[0], idx[part], 3)[:n]
+    return gs.graphs[0], nodes, model, paper.prepare_nodes(model, gs.graphs[0], nodes)
+
+
+def test_explained_nodes_and_computation_subgraphs(tiny_node):
+    g, nodes, model, p = _node_batch(tiny_node)
+    from torch_geometric.utils import k_hop_subgraph
+
+    assert p.num_graphs == len(nodes) and p.node_level and (g.motif[torch.tensor(nodes)] >= 0).all()
+    for b, t in enumerate(nodes):
+        subset, _, _, emask = k_hop_subgraph(t, 3, g.edge_index, num_nodes=g.num_nodes)
+        sel = p.edge_graph == b
+        assert torch.equal(p.eid[sel], emask.nonzero().view(-1))            # the subgraph's edges, in order
+        assert int((p.batch == b).sum()) == len(subset)
+        assert p.gt[sel].any() and not p.gt[sel].all()
+        # the explained node's relabelled position holds its features
+        assert torch.equal(p.x[p.target[b]], g.x[t])
+    # a node whose subgraph is its cycle alone is left out
+    motif = [int(v) for v in range(g.num_nodes) if g.motif[v] >= 0]
+    assert len(paper.explained_nodes(g, motif, 3)) < len(motif)
+
+
+def test_node_all_ones_mask_is_the_model_and_the_full_graph(tiny_node):
+    g, nodes, model, p = _node_batch(tiny_node)
+    E = p.edge_index.shape[1]
+    h, logits = paper.forward_prepared(model, p, torch.ones(E))
+    assert torch.equal(logits, model(p.x, p.edge_index, index=p.target, norm=p.norm))
+    assert torch.equal(h, p.h)
+    whole = model(g.x, g.edge_index)[torch.tensor(nodes)]
+    assert torch.allclose(logits, whole, atol=1e-5, rtol=0)            # the full graph's normalisation
+    own = model(p.x, p.edge_index)[p.target]                            # the subgraph's own degrees differ
+    assert not torch.allclose(own, whole, atol=1e-5, rtol=0)
+    _, zero = paper.forward_prepared(model, p, torch.zeros(E))
+    assert not torch.allclose(zero, logits)
+
+
+def test_node_truth_auc_nested_and_triangle(tiny_node):
+    g, nodes, model, p = _node_batch(tiny_node)
+    assert (paper.auc_per_graph(p.gt.float(), p.gt, p.edge_graph) == 1).all()
+    s = torch.randn(p.edge_index.shape[1], generator=torch.Generator().manual_seed(0))
+    keys = paper.topk_masks(s, p.edge_graph, (0.1, 0.2, 0.3))
+    assert (keys[:-1] <= keys[1:]).all()
+    assert paper.triangle_gap(model, p, s, (0.1, 0.2, 0.3)) <= 1e-9
+    fp, fm = paper.fidelity(model, p, torch.ones(p.edge_index.shape[1], dtype=torch.bool))
+    assert fm == 0.0
+
+
+def test_node_explainers_train_and_are_seeded(tiny_node):
+    g, nodes, model, p = _node_batch(tiny_node)
+    _, tr, _, batch = _node_batch(tiny_node, "train", 20)
+    st = paper.ExplainerSettings(epochs=2, learning_rate=0.01)
+    ms = paper.train_ms(model, [batch], st, seed=1)
+    assert ms.node and ms.mlps[0][0].in_features == 3 * p.z.shape[1]
+    a = paper.ms_scores(ms, p)
+    assert torch.equal(a, paper.ms_scores(paper.train_ms(model, [batch], st, seed=1), p)) and a.shape == (p.edge_index.shape[1],)
+    c = paper.ms_scores(paper.train_ms(model, [batch], replace(st, shared=False), seed=2), p)
+    assert not torch.equal(a, c)
+    pg = paper.train_pg(model, [batch], st, seed=1)
+    pa = paper.pg_scores(pg, p)
+    assert torch.equal(pa, paper.pg_scores(paper.train_pg(model, [batch], st, seed=1), p)) and pa.shape == a.shape
+    assert pg.mlp[0].in_channels == 3 * p.z.shape[1] and pg.batch_edge_target is None
+    ga = paper.run_gnnexplainer(model, p, 3, 0.01, seed=1)
+    assert ga.shape == a.shape and torch.equal(ga, paper.run_gnnexplainer(model, p, 3, 0.01, seed=1))
+
+
+def test_batched_node_pg_step_is_the_library_node_step(tiny_node):
+    """One explained node: a step of our batched node-level PGExplainer on its computation subgraph and
+    a step of torch_geometric's own node-level PGExplainer on the whole graph (scalar index, hard mask)
+    give the same loss and the same MLP, with the concrete noise made deterministic (bias 0.5)."""
+    from torch_geometric.explain import Explainer, PGExplainer
+
+    from compendium.training import seeded_init
+
+    gs, idx, model = tiny_node
+    g = gs.graphs[0]
+    t = paper.explained_nodes(g, idx["train"], 3)[0]
+    p = paper.prepare_nodes(model, g, [t])
+    st = paper.ExplainerSettings(epochs=1, learning_rate=0.01, bias=0.5)
+    ours = paper.train_pg(model, [p], st, seed=4)
+    with seeded_init(4):
+        ref = PGExplainer(epochs=1, lr=0.01, edge_size=st.size_weight, edge_ent=st.entropy_weight,
+                          temp=list(st.temperature), bias=0.5)
+        Explainer(model, algorithm=ref, explanation_type="phenomenon", edge_mask_type="object",
+                  model_config=paper.NODE_MODEL_CONFIG)
+        yhat = model(g.x, g.edge_index).argmax(-1)
+        ref.train(0, model, g.x, g.edge_index, target=yhat, index=t)
+    for a, b in zip(ours.mlp.parameters(), ref.mlp.parameters()):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)
+    from torch_geometric.utils import get_embeddings
+
+    with torch.no_grad():
+        full = ref.mlp(ref._get_inputs(get_embeddings(model, g.x, g.edge_index)[-1], g.edge_index, t)).view(-1)
+    assert torch.allclose(paper.pg_scores(ours, p), full[p.eid], atol=1e-5, rtol=0)
+
+
+def test_noisy_positions(tiny_node):
+    g, nodes, model, p = _node_batch(tiny_node)
+    noisy = paper.add_noise_edges([g], 0.05, np.random.default_rng(0))[0]
+    pn = paper.prepare_nodes(model, noisy, nodes)
+    pos = paper.noisy_positions(p, pn)
+    assert torch.equal(pn.eid[pos], p.eid) and torch.equal(pn.edge_graph[pos], p.edge_graph)
+    assert pn.edge_index.shape[1] >= p.edge_index.shape[1]
+
+
+def test_tiny_node_run(tiny_node):
+    gs, idx, model = tiny_node
+    model2 = copy.deepcopy(model)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model2.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    asset = {"tree_cycles": {"graphs": gs.graphs, "split": idx, "models": [model, model2], "num_classes": 2, "task": "node"}}
+    cfg = paper.Config(datasets=("tree_cycles",), num_models=2, explainer_seeds=2, epochs=1, batch_graphs=8,
+                       learning_rates=(0.01,), gnnexplainer_epochs=2, timing_repeats=1, explained_nodes=16,
+                       families=paper.CORE + ("gnnexplainer",), ablation_datasets=())
+    res = paper.run(cfg, asset)
+    m = paper.measurements(res)
+    assert res.auc["tree_cycles"]["ms"].shape == (2, 2) and res.nested and res.ones_gap == 0.0
+    assert res.subgraph_gap < 1e-5 and res.truth_auc_min == 1.0 and res.triangle <= 1e-9 and m["generator_ok"]
+    assert res.explained["tree_cycles"]["test"] == 16 and res.examples["tree_cycles"]["node_level"]
+    assert np.isfinite(res.noise_jaccard["tree_cycles"]["ms"]).all() and res.times["ratio"] > 0

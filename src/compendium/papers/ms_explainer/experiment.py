@@ -14,10 +14,10 @@ from compendium.stats import Estimate, mean_interval, paired_difference, wilcoxo
 from compendium.validation import require_int, require_number
 
 from . import explainers as ex
-from .data import DATASETS, class_specs, motif_graph
+from .data import DATASETS, class_specs, motif_graph, node_spec, task_of
 
 __all__ = ["Config", "Result", "FAMILIES", "CORE", "ABLATIONS", "LABELS", "run", "measurements", "count_estimate", "deciding",
-           "generator_report", "tune_learning_rate", "triangle_gap"]
+           "generator_report", "tune_learning_rate", "triangle_gap", "node_targets"]
 
 FAMILIES = ("pg", "pg3x", "ms", "ms_nocons", "ms_nocomp", "ms_unshared", "gnnexplainer", "random")
 CORE = ("pg", "pg3x", "ms", "ms_nocons", "random")          # every claim and control needs these
@@ -44,6 +44,7 @@ class Config:
     gnnexplainer_epochs: int = 100
     auc_margin: float = 0.01
     timing_repeats: int = 5
+    explained_nodes: int = 60
     families: tuple = FAMILIES
     ablation_datasets: tuple = ("multiscale",)
 
@@ -65,6 +66,7 @@ class Config:
         require_int("batch_graphs", self.batch_graphs, 1, 1000)
         require_int("gnnexplainer_epochs", self.gnnexplainer_epochs, 1, 2000)
         require_int("timing_repeats", self.timing_repeats, 1, 50)
+        require_int("explained_nodes", self.explained_nodes, 2, 10_000)
         if not self.learning_rates or any(not 0 < v < 1 for v in self.learning_rates):
             raise ValueError(f"learning_rates must be values in (0, 1), got {self.learning_rates}")
         if len(self.ratios) != 3 or list(self.ratios) != sorted(set(self.ratios)) or not 0 < self.ratios[0] or self.ratios[-1] >= 1:
@@ -114,7 +116,7 @@ def triangle_gap(model, p: ex.Prepared, scores: torch.Tensor, ratios) -> float:
     """max over graphs of ``|h(G) - mean_s h(G_s)| - mean_s |h(G) - h(G_s)|`` (<= 0: the triangle inequality)."""
     keys = ex.topk_masks(scores, p.edge_graph, ratios)
     with torch.no_grad():
-        hs = torch.stack([ex.masked_forward(model, p.x, p.edge_index, p.batch, k.float())[0] for k in keys]).double()
+        hs = torch.stack([ex.forward_prepared(model, p, k.float())[0] for k in keys]).double()
     h = p.h.double()
     lhs = (h - hs.mean(0)).norm(dim=-1)
     rhs = (h[None] - hs).norm(dim=-1).mean(0)
@@ -122,8 +124,27 @@ def triangle_gap(model, p: ex.Prepared, scores: torch.Tensor, ratios) -> float:
 
 
 def generator_report(name: str, graphs: list) -> dict:
-    """Checks of the generated graphs: equal node counts within the dataset, the motif edges of every
-    graph form exactly its class's motif (networkx isomorphism), the base has no motif edge."""
+    """Checks of the generated graphs. Graph sets: equal node counts within the dataset, balanced
+    classes, the motif edges of every graph form exactly its class's motif (networkx isomorphism).
+    Node sets: the motif edges form exactly ``num_motifs`` disjoint copies of the motif, each on the
+    nodes marked as that motif's, and the labels are 0 on the base and the motif's role labels on
+    motif nodes (the same multiset in every copy). ``ok`` is all of them with symmetric edges."""
+    symmetric = all(_symmetric(g.edge_index) for g in graphs)
+    if task_of(name) == "node":
+        g = graphs[0]
+        spec, motif = node_spec(name), motif_graph(name)
+        e = g.edge_index[:, g.gt].t().tolist()
+        mg = nx.Graph([tuple(x) for x in e])
+        comps = [mg.subgraph(c) for c in nx.connected_components(mg)]
+        ok_motif = sum(int(nx.is_isomorphic(c, motif) and len({int(g.motif[v]) for v in c}) == 1
+                           and int(g.motif[next(iter(c))]) >= 0) for c in comps)
+        base = g.motif < 0
+        roles = [tuple(sorted(g.y[g.motif == k].tolist())) for k in range(spec["num_motifs"])]
+        labels_ok = bool((g.y[base] == 0).all() and (g.y[~base] > 0).all() and len(set(roles)) == 1)
+        counts = np.bincount(g.y.numpy(), minlength=spec["num_classes"])
+        return {"node_counts": [int(g.num_nodes)], "motif_ok": ok_motif, "motifs": spec["num_motifs"],
+                "class_counts": counts.tolist(), "symmetric": symmetric,
+                "ok": symmetric and labels_ok and ok_motif == spec["num_motifs"] == len(comps)}
     counts = {int(g.num_nodes) for g in graphs}
     ok_motif = 0
     for g in graphs:
@@ -131,9 +152,9 @@ def generator_report(name: str, graphs: list) -> dict:
         motif = nx.Graph([tuple(x) for x in e])
         ok_motif += int(nx.is_isomorphic(motif, motif_graph(name, int(g.y))))
     labels = np.bincount([int(g.y) for g in graphs], minlength=len(class_specs(name)))
-    return {"node_counts": sorted(counts), "motif_ok": ok_motif, "graphs": len(graphs),
-            "class_counts": labels.tolist(),
-            "symmetric": all(_symmetric(g.edge_index) for g in graphs)}
+    return {"node_counts": sorted(counts), "motif_ok": ok_motif, "motifs": len(graphs),
+            "class_counts": labels.tolist(), "symmetric": symmetric,
+            "ok": symmetric and len(counts) == 1 and ok_motif == len(graphs) and len(set(labels.tolist())) == 1}
 
 
 def _symmetric(ei: torch.Tensor) -> bool:
@@ -159,7 +180,58 @@ class Result:
     params: dict = field(default_factory=dict)
     times: dict = field(default_factory=dict)
     gcn_accuracy: dict = field(default_factory=dict)
-    example: dict = field(default_factory=dict)
+    example: dict = field(default_factory=dict)      # the last dataset's entry of examples
+    examples: dict = field(default_factory=dict)     # dataset -> first test graph / explained node with MS's keys
+    explained: dict = field(default_factory=dict)    # node sets: dataset -> part -> explained nodes
+    subgraph_gap: float = 0.0                        # node sets: max |logits on the subgraph batch - on the full graph|
+
+
+def node_targets(data: dict, cfg: Config, num_hops: int) -> dict:
+    """A node set's explained nodes per part (train / dev / test of the GCN's node split): the first
+    ``explained_nodes`` motif nodes of the part, in the split's seeded order, whose computation
+    subgraph holds motif and non-motif edges (``explainers.explained_nodes``)."""
+    g = data["graphs"][0]
+    return {part: ex.explained_nodes(g, nodes, num_hops)[: cfg.explained_nodes] for part, nodes in data["split"].items()}
+
+
+def _noisy(data: dict, cfg: Config, rng: np.random.Generator) -> list:
+    """The noise test's graphs, drawn once per dataset: each test graph with ``noise_fraction`` random
+    edges added (graph sets), or the whole graph with them added (node sets)."""
+    graphs = data["graphs"]
+    if data.get("task", "graph") == "node":
+        return ex.add_noise_edges(graphs, cfg.noise_fraction, rng)
+    return ex.add_noise_edges([graphs[i] for i in data["split"]["test"]], cfg.noise_fraction, rng)
+
+
+def _inputs(data: dict, model, cfg: Config, noisy: list | None = None, dev: bool = False) -> dict:
+    """What the explainers read for one dataset and GCN: training ``batches``, the ``test`` and
+    ``noisy`` test batches (``Prepared``; with ``noisy`` given), ``orig``, the positions of the test
+    batch's edges among the noisy batch's, and the ``dev`` batch (when asked). Graph sets batch
+    graphs; node sets the computation subgraphs of explained nodes (``explainers.prepare_nodes``)."""
+    graphs, idx = data["graphs"], data["split"]
+    out = {}
+    if data.get("task", "graph") == "node":
+        g = graphs[0]
+        targets = node_targets(data, cfg, len(model.convs))
+        chunks = [targets["train"][i:i + cfg.batch_graphs] for i in range(0, len(targets["train"]), cfg.batch_graphs)]
+        out["batches"] = [ex.prepare_nodes(model, g, c) for c in chunks]
+        out["targets"] = targets
+        if noisy is not None:
+            pt, pn = ex.prepare_nodes(model, g, targets["test"]), ex.prepare_nodes(model, noisy[0], targets["test"])
+            out |= {"test": pt, "noisy": pn, "orig": ex.noisy_positions(pt, pn)}
+        if dev:
+            out["dev"] = ex.prepare_nodes(model, g, targets["dev"])
+        return out
+    train = [graphs[i] for i in idx["train"]]
+    chunks = [train[i:i + cfg.batch_graphs] for i in range(0, len(train), cfg.batch_graphs)]
+    out["batches"] = [ex.prepare(model, c) for c in chunks]
+    if noisy is not None:
+        test = [graphs[i] for i in idx["test"]]
+        out |= {"test": ex.prepare(model, test), "noisy": ex.prepare(model, noisy), "orig": _original_edges(test, noisy),
+                "test_graphs": test}
+    if dev:
+        out["dev"] = ex.prepare(model, [graphs[i] for i in idx["dev"]])
+    return out
 
 
 def run(config: Config, asset: dict) -> Result:
@@ -168,18 +240,14 @@ def run(config: Config, asset: dict) -> Result:
     res = Result(config=cfg)
     rng = np.random.default_rng([cfg.seed, 5])
     J, S = cfg.explainer_seeds, len(cfg.ratios)
-    fid_s = cfg.ratios.index(cfg.fidelity_ratio)
     for name in cfg.datasets:
         data = asset[name]
-        graphs, idx = data["graphs"], data["split"]
+        graphs = data["graphs"]
         models = data["models"][: cfg.num_models]
         if len(models) < cfg.num_models:
             raise ValueError(f"the asset has {len(models)} models for {name}, num_models is {cfg.num_models}")
         res.generator[name] = generator_report(name, graphs)
-        train = [graphs[i] for i in idx["train"]]
-        test = [graphs[i] for i in idx["test"]]
-        noisy = ex.add_noise_edges(test, cfg.noise_fraction, rng)
-        chunks = [train[i:i + cfg.batch_graphs] for i in range(0, len(train), cfg.batch_graphs)]
+        noisy = _noisy(data, cfg, rng)
         K = len(models)
         families = [f for f in cfg.families if f not in ABLATIONS or name in cfg.ablation_datasets]
         out_auc = {f: np.zeros((K, J)) for f in families}
@@ -190,17 +258,24 @@ def run(config: Config, asset: dict) -> Result:
         out_sp = {f: np.zeros(K) for f in families}
         res.tuned[name] = {}
         for k, model in enumerate(models):
-            batches = [ex.prepare(model, c) for c in chunks]
-            pt, pn = ex.prepare(model, test), ex.prepare(model, noisy)
+            inp = _inputs(data, model, cfg, noisy, dev=(k == 0))
+            batches, pt, pn, orig = inp["batches"], inp["test"], inp["noisy"], inp["orig"]
+            if "targets" in inp:
+                res.explained[name] = {part: len(v) for part, v in inp["targets"].items()}
             E = pt.edge_index.shape[1]
-            orig = _original_edges(test, noisy)
             # implementation checks on this model
             with torch.no_grad():
-                full = model(pt.x, pt.edge_index, pt.batch)
-                _, ones = ex.masked_forward(model, pt.x, pt.edge_index, pt.batch, torch.ones(E))
+                if pt.node_level:
+                    full = model.represent(pt.x, pt.edge_index, index=pt.target, norm=pt.norm)
+                    full = model.head(full)
+                    g = graphs[0]
+                    whole = model(g.x, g.edge_index)[torch.as_tensor(inp["targets"]["test"])]
+                    res.subgraph_gap = max(res.subgraph_gap, float((whole - full).abs().max()))
+                else:
+                    full = model(pt.x, pt.edge_index, pt.batch)
+                _, ones = ex.forward_prepared(model, pt, torch.ones(E))
             res.ones_gap = max(res.ones_gap, float((full - ones).abs().max()))
             if k == 0:          # the dev procedure, on the first model, with a tuning seed outside the evaluation seeds
-                pd_ = ex.prepare(model, [graphs[i] for i in idx["dev"]])
                 for f in families:
                     base = {"pg3x": "pg", "ms_nocons": "ms", "ms_nocomp": "ms", "ms_unshared": "ms"}.get(f)
                     if f == "random":
@@ -208,7 +283,7 @@ def run(config: Config, asset: dict) -> Result:
                     elif base is not None:
                         res.tuned[name][f] = res.tuned[name][base]
                     else:
-                        res.tuned[name][f] = tune_learning_rate(f, model, batches, pd_, cfg, seed=10_000 + cfg.seed)
+                        res.tuned[name][f] = tune_learning_rate(f, model, batches, inp["dev"], cfg, seed=10_000 + cfg.seed)
             for f in families:
                 runs = []
                 for j in range(J):
@@ -223,25 +298,40 @@ def run(config: Config, asset: dict) -> Result:
                     out_nj[f][k, j] = np.nan if sn is None else np.mean(ex.topk_jaccard(s, sn[orig], pt.edge_graph, cfg.fidelity_ratio))
                     if f == "ms" and j == 0:
                         res.triangle = max(res.triangle, triangle_gap(model, pt, s, cfg.ratios))
-                        if k == 0 and name == cfg.datasets[-1]:
-                            res.example = {"graph": test[0], "dataset": name,
-                                       "keys": keys[:, pt.edge_graph == 0].numpy()}
+                        if k == 0:
+                            res.examples[name] = _example(inp, pt, keys)
                 out_jac[f][k] = ex.pairwise_mean(runs, lambda a, b: ex.topk_jaccard(a, b, pt.edge_graph, cfg.fidelity_ratio))
                 out_sp[f][k] = ex.pairwise_mean(runs, lambda a, b: ex.spearman_per_graph(a, b, pt.edge_graph))
+            if k == 0:
+                res.truth_auc_min = float(np.nanmin([res.truth_auc_min if np.isfinite(res.truth_auc_min) else 1.0,
+                                                      *ex.auc_per_graph(pt.gt.float(), pt.gt, pt.edge_graph)]))
         res.auc[name], res.fid_plus[name], res.fid_minus[name] = out_auc, out_fp, out_fm
         res.jaccard[name], res.spearman[name], res.noise_jaccard[name] = out_jac, out_sp, out_nj
-        truth = ex.prepare(models[0], test)
-        res.truth_auc_min = float(np.nanmin([res.truth_auc_min if np.isfinite(res.truth_auc_min) else 1.0,
-                                              *ex.auc_per_graph(truth.gt.float(), truth.gt, truth.edge_graph)]))
-        res.gcn_accuracy[name] = [float(ex_accuracy) for ex_accuracy in _accuracies(models, graphs, idx)]
-    # parameter sharing and time per epoch (first dataset's first model)
+        res.gcn_accuracy[name] = _accuracies(models, data)
+    res.example = res.examples.get(cfg.datasets[-1], {})
+    # parameter sharing (graph and node scorers) and time per epoch (first dataset's first model)
     d = res.params
     emb = 32
-    d["ms_s1"] = ex.parameter_count(ex.MSExplainer(emb, (cfg.ratios[1],)))
-    d["ms_s3"] = ex.parameter_count(ex.MSExplainer(emb, cfg.ratios))
-    d["ms_unshared"] = ex.parameter_count(ex.MSExplainer(emb, cfg.ratios, shared=False))
+    for suffix, node in (("", False), ("_node", True)):
+        d["ms_s1" + suffix] = ex.parameter_count(ex.MSExplainer(emb, (cfg.ratios[1],), node=node))
+        d["ms_s3" + suffix] = ex.parameter_count(ex.MSExplainer(emb, cfg.ratios, node=node))
+        d["ms_unshared" + suffix] = ex.parameter_count(ex.MSExplainer(emb, cfg.ratios, shared=False, node=node))
     res.times = time_per_epoch(asset[cfg.datasets[0]], cfg)
     return res
+
+
+def _example(inp: dict, p: ex.Prepared, keys: torch.Tensor) -> dict:
+    """The first test unit (graph, or explained node's computation subgraph) with its nested keys."""
+    from torch_geometric.data import Data
+
+    sel = p.edge_graph == 0
+    if p.node_level:
+        nodes = p.batch == 0
+        g = Data(x=p.x[nodes], edge_index=p.edge_index[:, sel], gt=p.gt[sel], num_nodes=int(nodes.sum()),
+                 y=p.y[:1], target=int(p.target[0]))
+    else:
+        g = inp["test_graphs"][0]
+    return {"graph": g, "keys": keys[:, sel].numpy(), "node_level": p.node_level}
 
 
 def _original_edges(test: list, noisy: list) -> torch.Tensor:
@@ -252,9 +342,12 @@ def _original_edges(test: list, noisy: list) -> torch.Tensor:
     return torch.cat(keep)
 
 
-def _accuracies(models, graphs, idx):
-    from .models import accuracy
+def _accuracies(models, data):
+    from .models import accuracy, node_accuracy
 
+    graphs, idx = data["graphs"], data["split"]
+    if data.get("task", "graph") == "node":
+        return [node_accuracy(m, graphs[0], idx["train"]) for m in models]
     train = [graphs[i] for i in idx["train"]]
     return [accuracy(m, train) for m in models]
 
@@ -262,8 +355,7 @@ def _accuracies(models, graphs, idx):
 def time_per_epoch(data: dict, cfg: Config) -> dict:
     """Median wall time of one training epoch of PG and of MS (same batches, ``timing_repeats`` each)."""
     model = data["models"][0]
-    train = [data["graphs"][i] for i in data["split"]["train"]]
-    batches = [ex.prepare(model, train[i:i + cfg.batch_graphs]) for i in range(0, len(train), cfg.batch_graphs)]
+    batches = _inputs(data, model, cfg)["batches"]
     one = ex.ExplainerSettings(epochs=1, learning_rate=0.01, ratios=cfg.ratios)
     out = {"pg": [], "ms": []}
     for r in range(cfg.timing_repeats):
@@ -351,6 +443,5 @@ def measurements(res: Result) -> dict:
     m["random_auc"] = mean_interval(rand, unit="trained models (all datasets)")
     m["gcn_min_accuracy"] = float(min(min(v) for v in res.gcn_accuracy.values()))
     gen = res.generator
-    m["generator_ok"] = all(len(g["node_counts"]) == 1 and g["motif_ok"] == g["graphs"] and g["symmetric"]
-                            and len(set(g["class_counts"])) == 1 for g in gen.values())
+    m["generator_ok"] = all(g["ok"] for g in gen.values())
     return m

@@ -20,19 +20,27 @@ from compendium.training import seeded_init
 
 from .data import degree_features
 
-__all__ = ["Prepared", "prepare", "masked_forward", "within_graph_rank", "topk_masks", "soft_thresholds",
+__all__ = ["Prepared", "prepare", "prepare_nodes", "explained_nodes", "computation_subgraphs", "noisy_positions", "masked_forward", "forward_prepared", "within_graph_rank", "topk_masks", "soft_thresholds",
            "MSExplainer", "ExplainerSettings", "train_ms", "train_pg", "run_gnnexplainer", "ms_scores",
            "pg_scores", "auc_per_graph", "topk_jaccard", "pairwise_mean", "spearman_per_graph",
-           "fidelity", "add_noise_edges", "parameter_count", "MODEL_CONFIG"]
+           "fidelity", "add_noise_edges", "parameter_count", "MODEL_CONFIG", "NODE_MODEL_CONFIG"]
 
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
+NODE_MODEL_CONFIG = dict(MODEL_CONFIG, task_level="node")
 
 
 @dataclass
 class Prepared:
-    """A batch of graphs with what every explainer reads: node embeddings ``z (N, d)`` (the
-    explained GCN's last message-passing layer, as PGExplainer uses), the GCN's predicted classes
-    ``yhat (B,)`` (the explained phenomenon), ``h (B, d)`` = h(G), ``edge_graph (E,)``."""
+    """A batch with what every explainer reads: node embeddings ``z (N, d)`` (the explained GCN's
+    last message-passing layer, as PGExplainer uses), the GCN's predicted classes ``yhat (B,)`` (the
+    explained phenomenon), ``h (B, d)`` = h(G) and ``edge_graph (E,)`` (the unit an edge belongs to).
+
+    Graph tasks: a disjoint union of ``B`` graphs. Node tasks (``target`` set): a disjoint union of
+    the computation subgraphs of ``B`` explained nodes (each node's L-hop neighbourhood and the edges
+    among it, torch_geometric's ``k_hop_subgraph``), ``target (B,)`` their positions in the batch,
+    ``norm`` the full graph's GCN normalisation of the batch's edges and self-loops, ``eid (E,)`` each
+    edge's id in the full graph; ``z`` are the full graph's embeddings (as torch_geometric's node-level
+    PGExplainer computes them) and ``h``, ``yhat`` the explained nodes' states and predictions."""
 
     x: torch.Tensor
     edge_index: torch.Tensor
@@ -44,6 +52,25 @@ class Prepared:
     h: torch.Tensor
     edge_graph: torch.Tensor
     num_graphs: int
+    target: torch.Tensor | None = None
+    norm: tuple | None = None
+    eid: torch.Tensor | None = None
+
+    @property
+    def node_level(self) -> bool:
+        return self.target is not None
+
+    @property
+    def edge_target(self) -> torch.Tensor | None:
+        """``(E,)``: the batch position of the explained node whose subgraph holds each edge."""
+        return None if self.target is None else self.target[self.edge_graph]
+
+    def node_targets(self) -> torch.Tensor:
+        """``(N,)`` class per batch node with ``yhat`` at the explained nodes (the ``target`` torch_geometric's
+        node-level explainers index with ``index``)."""
+        t = torch.zeros(self.x.shape[0], dtype=torch.long)
+        t[self.target] = self.yhat
+        return t
 
 
 @torch.no_grad()
@@ -58,17 +85,111 @@ def prepare(model, graphs: list) -> Prepared:
                     b.batch[b.edge_index[0]], len(graphs))
 
 
-def masked_forward(model, x, edge_index, batch, mask) -> tuple[torch.Tensor, torch.Tensor]:
+def _full_norm(graph) -> tuple[torch.Tensor, torch.Tensor]:
+    """The full graph's ``gcn_norm`` weights: ``(edge weights (E,), self-loop weights (N,))``."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    E, N = graph.edge_index.shape[1], int(graph.num_nodes)
+    ei, w = gcn_norm(graph.edge_index, None, N, False, True, "source_to_target", graph.x.dtype)
+    if not (torch.equal(ei[:, :E], graph.edge_index) and torch.equal(ei[0, E:], torch.arange(N))):
+        raise AssertionError("gcn_norm did not keep the edge order and append one self-loop per node")
+    return w[:E], w[E:]
+
+
+def _norm_of(edge_index: torch.Tensor, edge_w: torch.Tensor, loop_w: torch.Tensor) -> tuple:
+    """``(edge_index with appended self-loops, weights)``: what ``GCNConv`` reads from its cache slot."""
+    n = loop_w.shape[0]
+    loops = torch.arange(n).repeat(2, 1)
+    return torch.cat([edge_index, loops], 1), torch.cat([edge_w, loop_w])
+
+
+def computation_subgraphs(graph, nodes, num_hops: int) -> list:
+    """Per node: ``(subset (n,), edge ids (e,), position of the node in subset)`` of its ``num_hops``
+    computation subgraph (torch_geometric's ``k_hop_subgraph``, the edges among the subset)."""
+    from torch_geometric.utils import k_hop_subgraph
+
+    out = []
+    for t in nodes:
+        subset, _, mapping, emask = k_hop_subgraph(int(t), num_hops, graph.edge_index, num_nodes=int(graph.num_nodes))
+        out.append((subset, emask.nonzero().view(-1), int(mapping)))
+    return out
+
+
+def explained_nodes(graph, nodes, num_hops: int) -> list:
+    """The motif nodes among ``nodes`` (in order) whose computation subgraph holds motif and non-motif
+    edges (an AUC needs both: a Tree-Cycles node opposite its cycle's attachment sees only the cycle)."""
+    motif = [int(t) for t in nodes if int(graph.motif[int(t)]) >= 0]
+    keep = []
+    for t, (_, eids, _) in zip(motif, computation_subgraphs(graph, motif, num_hops)):
+        gt = graph.gt[eids]
+        if gt.any() and not gt.all():
+            keep.append(t)
+    return keep
+
+
+@torch.no_grad()
+def prepare_nodes(model, graph, nodes) -> Prepared:
+    """The disjoint union of the computation subgraphs of ``nodes`` of ``graph`` (one subgraph per
+    node, relabelled), with the full graph's embeddings and GCN normalisation (see ``Prepared``)."""
+    from torch_geometric.utils import get_embeddings
+
+    L = len(model.convs)
+    z_full = get_embeddings(model, graph.x, graph.edge_index)[-1]
+    edge_w, loop_w = _full_norm(graph)
+    subs = computation_subgraphs(graph, nodes, L)
+    offset, eis, nids, eids, batch, target, eg = 0, [], [], [], [], [], []
+    remap = torch.full((int(graph.num_nodes),), -1, dtype=torch.long)
+    for b, (subset, eid, pos) in enumerate(subs):
+        remap[subset] = torch.arange(len(subset)) + offset
+        eis.append(remap[graph.edge_index[:, eid]])
+        remap[subset] = -1
+        nids.append(subset)
+        eids.append(eid)
+        batch.append(torch.full((len(subset),), b, dtype=torch.long))
+        eg.append(torch.full((len(eid),), b, dtype=torch.long))
+        target.append(offset + pos)
+        offset += len(subset)
+    nid, eid = torch.cat(nids), torch.cat(eids)
+    edge_index = torch.cat(eis, 1)
+    target = torch.tensor(target, dtype=torch.long)
+    norm = _norm_of(edge_index, edge_w[eid], loop_w[nid])
+    x = graph.x[nid]
+    h = model.represent(x, edge_index, index=target, norm=norm)
+    nodes_t = torch.as_tensor([int(t) for t in nodes], dtype=torch.long)
+    return Prepared(x, edge_index, torch.cat(batch), graph.gt[eid].bool(), graph.y[nodes_t], z_full[nid],
+                    model.head(h).argmax(-1), h, torch.cat(eg), len(subs), target=target, norm=norm, eid=eid)
+
+
+def noisy_positions(p: Prepared, pn: Prepared) -> torch.Tensor:
+    """Node tasks: for each edge of ``p``, its position in ``pn``, the same nodes' computation subgraphs
+    in a graph with edges added after the original ones (a superset of each original subgraph)."""
+    span = int(max(p.eid.max(), pn.eid.max())) + 1
+    key_n = pn.edge_graph * span + pn.eid
+    order = torch.argsort(key_n)
+    key = p.edge_graph * span + p.eid
+    pos = torch.searchsorted(key_n[order], key)
+    found = order[pos.clamp(max=len(order) - 1)]
+    if not torch.equal(key_n[found], key):
+        raise AssertionError("a computation subgraph lost an edge when edges were added")
+    return found
+
+
+def masked_forward(model, x, edge_index, batch, mask, index=None, norm=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(h, logits)`` of the GCN with every message of edge ``e`` multiplied by ``mask[e]``
-    (torch_geometric's explain mode; self-loops keep weight 1)."""
+    (torch_geometric's explain mode; self-loops keep weight 1); node models: at the nodes ``index``."""
     from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
     set_masks(model, mask, edge_index, apply_sigmoid=False)
     try:
-        h = model.represent(x, edge_index, batch)
+        h = model.represent(x, edge_index, batch, index=index, norm=norm)
     finally:
         clear_masks(model)
     return h, model.head(h)
+
+
+def forward_prepared(model, p: Prepared, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``masked_forward`` on a prepared batch: ``(h (B, d), logits (B, C))`` per graph or explained node."""
+    return masked_forward(model, p.x, p.edge_index, p.batch, mask, p.target, p.norm)
 
 
 def within_graph_rank(scores: torch.Tensor, edge_graph: torch.Tensor) -> torch.Tensor:
@@ -110,24 +231,31 @@ def soft_thresholds(scores: torch.Tensor, edge_graph: torch.Tensor, ratio: float
     return ((hi + lo) / 2)[edge_graph]
 
 
-def _edge_mlp(embed_dim: int, hidden: int) -> nn.Module:
-    return nn.Sequential(nn.Linear(2 * embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+def _edge_mlp(in_dim: int, hidden: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
 
 class MSExplainer(nn.Module):
-    """Edge scorer ``omega_uv = MLP([z_u, z_v])`` (PGExplainer's form and width); one MLP shared by
-    every scale, or ``len(ratios)`` unshared ones (the ablation)."""
+    """Edge scorer ``omega_uv = MLP([z_u, z_v])``, or ``MLP([z_u, z_v, z_target])`` for a node task
+    (``node=True``; PGExplainer's forms and width); one MLP shared by every scale, or
+    ``len(ratios)`` unshared ones (the ablation)."""
 
-    def __init__(self, embed_dim: int, ratios=(0.1, 0.2, 0.3), shared: bool = True, hidden: int = 64):
+    def __init__(self, embed_dim: int, ratios=(0.1, 0.2, 0.3), shared: bool = True, hidden: int = 64,
+                 node: bool = False):
         super().__init__()
         if list(ratios) != sorted(set(ratios)) or not 0 < ratios[0] or ratios[-1] >= 1:
             raise ValueError(f"ratios must increase strictly within (0, 1), got {ratios}")
-        self.ratios, self.shared = tuple(ratios), shared
-        self.mlps = nn.ModuleList(_edge_mlp(embed_dim, hidden) for _ in range(1 if shared else len(ratios)))
+        self.ratios, self.shared, self.node = tuple(ratios), shared, node
+        width = (3 if node else 2) * embed_dim
+        self.mlps = nn.ModuleList(_edge_mlp(width, hidden) for _ in range(1 if shared else len(ratios)))
 
-    def logits(self, z: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        """``(M, E)``: one row per MLP (M = 1 when shared)."""
-        inp = torch.cat([z[edge_index[0]], z[edge_index[1]]], -1)
+    def logits(self, z: torch.Tensor, edge_index: torch.Tensor, edge_target: torch.Tensor | None = None) -> torch.Tensor:
+        """``(M, E)``: one row per MLP (M = 1 when shared); ``edge_target (E,)`` the explained node of
+        each edge's computation subgraph (node tasks)."""
+        parts = [z[edge_index[0]], z[edge_index[1]]]
+        if self.node:
+            parts.append(z[edge_target])
+        inp = torch.cat(parts, -1)
         return torch.stack([m(inp).squeeze(-1) for m in self.mlps])
 
 
@@ -168,8 +296,9 @@ def train_ms(model, batches: list, settings: ExplainerSettings, seed: int) -> MS
         + lcons |h(G_s) - h(G)|^2 / |h(G)|^2
     """
     S = len(settings.ratios)
+    node = batches[0].node_level
     with seeded_init(seed):
-        explainer = MSExplainer(batches[0].z.shape[1], settings.ratios, settings.shared)
+        explainer = MSExplainer(batches[0].z.shape[1], settings.ratios, settings.shared, node=node)
     opt = torch.optim.Adam(explainer.parameters(), lr=settings.learning_rate)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng([seed, 3])
@@ -180,7 +309,7 @@ def train_ms(model, batches: list, settings: ExplainerSettings, seed: int) -> MS
         for bi in rng.permutation(len(batches)):
             p = batches[bi]
             E, N, B = p.edge_index.shape[1], p.x.shape[0], p.num_graphs
-            w = explainer.logits(p.z, p.edge_index)                            # (M, E)
+            w = explainer.logits(p.z, p.edge_index, p.edge_target)             # (M, E)
             u = (1 - 2 * settings.bias) * torch.rand(w.shape, generator=gen) + settings.bias
             w = w + u.log() - (1 - u).log()
             masks = []
@@ -190,10 +319,9 @@ def train_ms(model, batches: list, settings: ExplainerSettings, seed: int) -> MS
             M = torch.stack(masks)                                             # (S, E)
             R = 2 * S                                                          # key and complement copies
             if bi not in replicated:
-                replicated[bi] = (p.x.repeat(R, 1), p.edge_index.repeat(1, R) + torch.arange(R).repeat_interleave(E) * N,
-                                  p.batch.repeat(R) + torch.arange(R).repeat_interleave(N) * B)
-            xr, ei, br = replicated[bi]
-            h, logits = masked_forward(model, xr, ei, br, torch.cat([M, 1 - M]).reshape(-1))
+                replicated[bi] = _replicate(p, R)
+            xr, ei, br, tr, nr = replicated[bi]
+            h, logits = masked_forward(model, xr, ei, br, torch.cat([M, 1 - M]).reshape(-1), tr, nr)
             h, logits = h.view(R, B, -1), logits.view(R, B, -1)
             y = p.yhat.repeat(S)
             suff = nn.functional.cross_entropy(logits[:S].reshape(S * B, -1), y)
@@ -209,10 +337,23 @@ def train_ms(model, batches: list, settings: ExplainerSettings, seed: int) -> MS
     return explainer.eval()
 
 
+def _replicate(p: Prepared, R: int) -> tuple:
+    """``R`` disjoint copies of a batch, in one: ``(x, edge_index, batch, target, norm)`` (the last two
+    ``None`` for graph tasks); copy ``r`` holds edges ``r E ... (r + 1) E - 1``."""
+    E, N, B = p.edge_index.shape[1], p.x.shape[0], p.num_graphs
+    ei = p.edge_index.repeat(1, R) + torch.arange(R).repeat_interleave(E) * N
+    out = (p.x.repeat(R, 1), ei, p.batch.repeat(R) + torch.arange(R).repeat_interleave(N) * B)
+    if not p.node_level:
+        return out + (None, None)
+    w = p.norm[1]
+    target = p.target.repeat(R) + torch.arange(R).repeat_interleave(B) * N
+    return out + (target, _norm_of(ei, w[:E].repeat(R), w[E:].repeat(R)))
+
+
 @torch.no_grad()
 def ms_scores(explainer: MSExplainer, p: Prepared) -> torch.Tensor:
     """Edge scores ``(E,)``: the shared logit (the mean logit over the unshared MLPs)."""
-    return explainer.logits(p.z, p.edge_index).mean(0)
+    return explainer.logits(p.z, p.edge_index, p.edge_target).mean(0)
 
 
 @functools.cache
@@ -226,16 +367,25 @@ def _batch_embedding_pg():
 
     class BatchEmbeddingPGExplainer(PGExplainer):
         batch_z = None
+        batch_edge_target = None
 
         def _get_embeddings(self, model, x, edge_index, **kwargs):
             if self.batch_z is not None and not self.is_hetero:
                 return self.batch_z
             return super()._get_embeddings(model, x, edge_index, **kwargs)
 
+        def _get_inputs(self, embedding, edge_index, index=None):
+            # node level, many explained nodes per batch: each edge gets its own explained node's
+            # embedding, where the library repeats the one explained node's (its scalar ``index``)
+            if self.batch_edge_target is not None:
+                return torch.cat([embedding[edge_index[0]], embedding[edge_index[1]],
+                                  embedding[self.batch_edge_target]], dim=-1)
+            return super()._get_inputs(embedding, edge_index, index)
+
     return BatchEmbeddingPGExplainer
 
 
-def _pg_explainer(model, settings: ExplainerSettings, batch_graphs: int):
+def _pg_explainer(model, settings: ExplainerSettings, batch_graphs: int, node: bool = False):
     from torch_geometric.explain import Explainer
 
     PGExplainer = _batch_embedding_pg()
@@ -245,29 +395,47 @@ def _pg_explainer(model, settings: ExplainerSettings, batch_graphs: int):
     algo = PGExplainer(epochs=settings.epochs, lr=settings.learning_rate, edge_size=settings.size_weight / batch_graphs,
                        edge_ent=settings.entropy_weight, temp=list(settings.temperature), bias=settings.bias)
     explainer = Explainer(model, algorithm=algo, explanation_type="phenomenon", edge_mask_type="object",
-                          model_config=MODEL_CONFIG)
+                          model_config=NODE_MODEL_CONFIG if node else MODEL_CONFIG)
     return explainer, algo
 
 
 def train_pg(model, batches: list, settings: ExplainerSettings, seed: int):
     """torch_geometric's PGExplainer, trained with its own ``train`` step on the same batches in
-    a seeded order (its MLP init and concrete noise use torch's global stream: forked and seeded)."""
+    a seeded order (its MLP init and concrete noise use torch's global stream: forked and seeded).
+
+    Node tasks: node-level PGExplainer (MLP input ``[z_u, z_v, z_target]``, loss at the explained
+    nodes, size and entropy over their computation subgraphs), on a batch of many explained nodes'
+    computation subgraphs per step. The library's ``train`` takes one explained node (a scalar
+    ``index``) per step; it is handed the batch's explained nodes as a list, which its ``train``
+    indexes the GCN's output with (cross-entropy averaged over them) and its hard mask covers (every
+    batch edge), and ``_get_inputs`` gives each edge its own explained node's embedding. With one
+    explained node this is the library's node-level step (tested)."""
     rng = np.random.default_rng([seed, 3])
+    node = batches[0].node_level
     with seeded_init(seed):
-        explainer, algo = _pg_explainer(model, settings, batches[0].num_graphs)
+        explainer, algo = _pg_explainer(model, settings, batches[0].num_graphs, node=node)
         for epoch in range(settings.epochs):
             for bi in rng.permutation(len(batches)):
                 p = batches[bi]
                 algo.batch_z = p.z                      # the batch's embeddings, computed once
-                algo.train(epoch, model, p.x, p.edge_index, target=p.yhat, batch=p.batch)
-        algo.batch_z = None
+                if node:
+                    algo.batch_edge_target = p.edge_target
+                    algo.train(epoch, model, p.x, p.edge_index, target=p.node_targets(), index=p.target.tolist(),
+                               norm=p.norm)
+                else:
+                    algo.train(epoch, model, p.x, p.edge_index, target=p.yhat, batch=p.batch)
+        algo.batch_z = algo.batch_edge_target = None
     return algo
 
 
 @torch.no_grad()
 def pg_scores(algo, p: Prepared) -> torch.Tensor:
     """PGExplainer's edge logits ``(E,)`` (its explanation is their sigmoid; logits avoid float ties)."""
-    return algo.mlp(algo._get_inputs(p.z, p.edge_index, None)).view(-1)
+    algo.batch_edge_target = p.edge_target
+    try:
+        return algo.mlp(algo._get_inputs(p.z, p.edge_index, None)).view(-1)
+    finally:
+        algo.batch_edge_target = None
 
 
 def run_gnnexplainer(model, p: Prepared, epochs: int, learning_rate: float, seed: int) -> torch.Tensor:
@@ -279,8 +447,11 @@ def run_gnnexplainer(model, p: Prepared, epochs: int, learning_rate: float, seed
     with seeded_init(seed):
         algo = GNNExplainer(epochs=epochs, lr=learning_rate, edge_size=0.005 / p.num_graphs)
         explainer = Explainer(model, algorithm=algo, explanation_type="phenomenon", edge_mask_type="object",
-                              model_config=MODEL_CONFIG)
-        expl = explainer(p.x, p.edge_index, target=p.yhat, batch=p.batch)
+                              model_config=NODE_MODEL_CONFIG if p.node_level else MODEL_CONFIG)
+        if p.node_level:            # node level: the explained nodes' outputs (``index``), on their subgraphs
+            expl = explainer(p.x, p.edge_index, target=p.node_targets(), index=p.target, norm=p.norm)
+        else:
+            expl = explainer(p.x, p.edge_index, target=p.yhat, batch=p.batch)
     return expl.edge_mask.detach()
 
 
@@ -334,8 +505,8 @@ def fidelity(model, p: Prepared, key: torch.Tensor) -> tuple[float, float]:
     """``(Fidelity+, Fidelity-)`` of hard key subgraphs ``key (E,)`` bool against the model's own
     predictions: ``1 - agree(f(G \\ G_s))`` and ``1 - agree(f(G_s))`` (the model agrees with
     itself on G, so acc(G) = 1)."""
-    _, lg_key = masked_forward(model, p.x, p.edge_index, p.batch, key.float())
-    _, lg_comp = masked_forward(model, p.x, p.edge_index, p.batch, (~key).float())
+    _, lg_key = forward_prepared(model, p, key.float())
+    _, lg_comp = forward_prepared(model, p, (~key).float())
     return (float((lg_comp.argmax(-1) != p.yhat).float().mean()), float((lg_key.argmax(-1) != p.yhat).float().mean()))
 
 
