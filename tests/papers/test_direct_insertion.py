@@ -158,3 +158,71 @@ def test_tiny_training_lowers_the_loss():
     net, log = X.train_variant("D", pools, st, 0)
     losses = [l for _, l in log.to_dict()["losses"]] if isinstance(log.to_dict()["losses"][0], (list, tuple)) else log.to_dict()["losses"]
     assert losses[-1] < losses[0]
+
+
+def test_tiny_flow_training_lowers_the_loss_and_samples():
+    st = dataclasses.replace(paper.settings_for("smoke"), steps=20, batch=8, pool=32, dim=16, heads=2, rank=2,
+                             objective="flow")
+    pools = {"proxy": paper.make_triplets(np.random.default_rng(6), 32)}
+    net, log = X.train_variant("D", pools, st, 0)
+    assert net.flow
+    losses = np.ravel([np.ravel(x)[-1] for x in log.to_dict()["losses"]])
+    assert losses[-1] < losses[0]
+    b = X.to_torch(pools["proxy"], slice(0, 4))
+    out = X.sample(net.eval(), b, 3, seed=1)
+    assert out.shape == (4, 32, 32, 4) and torch.isfinite(out).all()
+    # the same noise seed gives the same sample (paired comparisons between variants)
+    assert torch.equal(out, X.sample(net, b, 3, seed=1))
+
+
+class _ExactVelocity(torch.nn.Module):
+    """A point mass at x0: the rectified-flow velocity is exactly (x_t - x0) / sigma."""
+
+    flow = True
+
+    def __init__(self, x0):
+        super().__init__()
+        self.x0 = x0
+
+    def forward(self, b):
+        return (b["x_t"] - self.x0) / b["sigma"][:, None, None, None]
+
+
+def test_euler_sampler_with_exact_velocity_lands_on_the_target():
+    rng = np.random.default_rng(7)
+    x0 = torch.from_numpy(rng.uniform(-1, 1, (2, 32, 32, 4)).astype(np.float32))
+    b = {"context": torch.zeros(2, 32, 32, 4)}
+    out = X.sample(_ExactVelocity(x0), b, 8, seed=0)
+    assert torch.allclose(out[..., :3], (x0[..., :3] + 1) / 2, atol=1e-4)
+    assert torch.allclose(out[..., 3], x0[..., 3], atol=1e-4)
+
+
+def test_coordinate_probe_has_power_and_ignores_shading():
+    P = X.P
+    train = paper.make_triplets(np.random.default_rng(8), 192)
+    probe = P.fit(train)
+    # chromaticity features do not change when the light dims every channel alike
+    f = P.features(train["target"][:4, ..., :3], train["colours"][:4], train["tint"][:4])
+    g = P.features(0.7 * train["target"][:4, ..., :3], train["colours"][:4], train["tint"][:4])
+    assert np.allclose(f, g, atol=1e-6)
+    far = paper.make_triplets(np.random.default_rng(9), 96, gap_range=(30, 90))
+    truth = P.coordinate_error(probe, far["target"][..., :3], far["target"][..., 3] > 0.5, far)
+    copy = P.coordinate_error(probe, *P.pose_a_copy(far), far)
+    blank = P.coordinate_error(probe, far["background"], np.zeros(far["gap"].shape + (32, 32), bool), far)
+    assert truth.mean() + 0.05 < copy.mean() and truth.mean() + 0.05 < blank.mean()
+    near = paper.make_triplets(np.random.default_rng(10), 64, gap_range=(0, 2))
+    t_near = P.coordinate_error(probe, near["target"][..., :3], near["target"][..., 3] > 0.5, near)
+    c_near = P.coordinate_error(probe, *P.pose_a_copy(near), near)
+    assert abs(c_near.mean() - t_near.mean()) < 0.02
+    # a blank image reads the training mean everywhere: its error is the mean distance to it
+    true = far["target"][..., 3] > 0.5
+    d = np.linalg.norm(far["coords"] - probe["mean"], axis=-1)
+    assert np.allclose(blank, (d * true).sum((1, 2)) / true.sum((1, 2)))
+
+
+def test_conjunction_of_the_headline_halves():
+    assert paper.conjunction(["pass", "pass"]) == "pass"
+    assert paper.conjunction(["pass", "fail"]) == "fail"
+    assert paper.conjunction(["inconclusive", "fail"]) == "fail"
+    assert paper.conjunction(["pass", "inconclusive"]) == "inconclusive"
+    assert paper.conjunction(["pass", "unsupported"]) == "inconclusive"

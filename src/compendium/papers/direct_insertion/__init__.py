@@ -60,7 +60,9 @@ from .experiment import (
     Result,
     build_asset,
     composite,
+    conjunction,
     euler_gaussian_check,
+    flow_loss,
     evaluate,
     face_colour_error,
     implementation_checks,
@@ -70,16 +72,18 @@ from .experiment import (
     measurements,
     ols_slope,
     run,
+    sample,
     settings_for,
     tint_error,
     worst,
 )
+from .probe import coordinate_error, pose_a_copy
 from .model import InContextTransformer, TypedAdapterProcessor, parameter_count, variant
 from .render import make_triplets, proxy_boxes, random_shapes, render, rotation
 
 __all__ = [
     "ASSET_NAME", "PROXY_LEVELS", "TRAIN_LEVELS", "VARIANTS", "AssetSettings", "Config", "Result", "build_asset",
-    "composite", "euler_gaussian_check", "evaluate", "face_colour_error", "implementation_checks", "insertion_loss",
+    "composite", "conjunction", "coordinate_error", "pose_a_copy", "flow_loss", "sample", "euler_gaussian_check", "evaluate", "face_colour_error", "implementation_checks", "insertion_loss",
     "iou", "load_models", "measurements", "ols_slope", "run", "settings_for", "tint_error", "worst",
     "InContextTransformer", "TypedAdapterProcessor", "parameter_count", "variant", "make_triplets", "proxy_boxes",
     "random_shapes", "render", "rotation",
