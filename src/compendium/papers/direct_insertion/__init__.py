@@ -25,16 +25,30 @@ What is implemented
   own table), **E** (one projection, one shared adapter whose rank is raised to match D's
   parameters, one position table), **N** (no geometry tokens: 2-D inpainting), **O** (D trained
   and tested with the exact proxy), **D-noctx** (no context tokens).
-- Loss: MSE on rgb inside the box + 0.5 BCE on the silhouette logit (regression).
+- Objective: at smoke scale, regression (MSE on rgb inside the box + 0.5 BCE on the silhouette
+  logit); at full scale, **rectified flow** (``flow=True``): the target tokens carry the noisy
+  target ``x_sigma = (1 - sigma) x0 + sigma noise`` (rgb and silhouette in [-1, 1], sigma uniform)
+  through their own projection plus a sinusoidal embedding of sigma, the head regresses the
+  velocity ``noise - x0``, and outputs are sampled with 8 Euler steps of diffusers'
+  ``FlowMatchEulerDiscreteScheduler`` from noise shared by every model on a test set.
 - Output compositing: the prediction inside the fixed box, the background outside.
+- ``probe``: the coordinate probe, our Matching-Error analogue. Per pixel, a soft assignment of
+  the pixel's chromaticity to the object's six tinted face colours (shading-invariant) and that
+  assignment times the pixel position (18 features); a ridge regression to object coordinates
+  fitted in the asset rule on ground-truth renders of 512 training triplets. Coordinate error =
+  mean over the true silhouette at B of |reading - true object coordinate|, the training mean
+  read where the output's silhouette leaves a pixel out. Its power control is the pose-A copy
+  (the reference view lit and composited), which must read worse than the true target.
 
 What is ours and what is a library's
 ------------------------------------
 Transformer blocks (attention projections, layer norms, GELU feed-forward): diffusers 0.42
 ``BasicTransformerBlock``. The flow-matching Euler sampler: diffusers'
-``FlowMatchEulerDiscreteScheduler``, used in the Gaussian check (the exact velocity of a Gaussian
-drives it). Training: ``compendium.training.fit``; intervals: ``compendium.stats``. Ours: the
-renderer, the triplets, the typed adapter processor, the metrics.
+``FlowMatchEulerDiscreteScheduler``, used to sample the full-scale flow models and in the Gaussian
+check (the exact velocity of a Gaussian drives it). Training: ``compendium.training.fit``;
+intervals: ``compendium.stats``. Ours: the renderer, the triplets, the typed adapter processor,
+the flow loss and time embedding (a few lines; diffusers' training utilities assume its own
+model classes), the coordinate probe (a 3-output ridge solve in numpy), the metrics.
 
 Small-scale deviations
 ----------------------

@@ -46,7 +46,8 @@ def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
         return AssetSettings(steps=130, batch=16, pool=768, num_seeds=3, learning_rate=1e-2)
     if scale == "full":
-        return AssetSettings(steps=400, batch=32, pool=2048, num_seeds=3, learning_rate=1e-2)
+        return AssetSettings(steps=600, batch=32, pool=2048, num_seeds=3, learning_rate=1e-2, objective="flow",
+                             sample_steps=8)
     raise ValueError(f"unknown scale {scale!r}")
 
 
