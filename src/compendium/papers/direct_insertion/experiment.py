@@ -56,17 +56,23 @@ def to_torch(batch: dict, idx=None) -> dict:
     return {k: torch.from_numpy(np.ascontiguousarray(batch[k][sel])) for k in ("appearance", "geometry", "context", "target")}
 
 
+SIGMA_CAP = 0.2
+
+
 def flow_loss(net, b: dict, gen: torch.Generator) -> torch.Tensor:
     """Rectified flow in diffusers' convention: ``x0`` = the target in [-1, 1] (rgb and
     silhouette), ``x_sigma = (1 - sigma) x0 + sigma noise`` with sigma uniform on [0, 1], and the
     network regresses the velocity ``noise - x0``: MSE on the rgb channels inside the box plus
-    the MSE on the silhouette channel everywhere."""
+    the MSE on the silhouette channel everywhere. The model's velocity is ``(x_t - x0_hat) /
+    sigma``, so the velocity error is the ``x0`` error times ``1 / sigma^2``; that weight is
+    capped at ``1 / SIGMA_CAP^2`` (min-SNR-style) so that the few draws near sigma = 0 do not
+    swamp the gradient."""
     x0 = b["target"] * 2 - 1
     noise = torch.randn(x0.shape, generator=gen)
     sigma = torch.rand(x0.shape[0], generator=gen)
     s = sigma[:, None, None, None]
     v = net({**b, "x_t": (1 - s) * x0 + s * noise, "sigma": sigma})
-    err = (v - (noise - x0)) ** 2
+    err = (v - (noise - x0)) ** 2 * torch.clamp(s / SIGMA_CAP, max=1.0) ** 2
     bm = torch.from_numpy(R.box_mask()).float()[None, :, :, None]
     return (err[..., :3] * bm).sum() / (bm.sum() * 3 * x0.shape[0]) + err[..., 3].mean()
 
@@ -337,6 +343,7 @@ def run(config: Config, models: dict, meta: dict) -> Result:
         d = sets[s]
         res.probe[(s, "truth")] = P.coordinate_error(probe, d["target"][..., :3], d["target"][..., 3] > 0.5, d)
         res.probe[(s, "copy")] = P.coordinate_error(probe, *P.pose_a_copy(d), d)
+        res.probe[(s, "blank")] = P.coordinate_error(probe, d["background"], np.zeros(d["target"].shape[:3], bool), d)
     res.impl = implementation_checks(np.random.default_rng(config.seed + 99))
     return res
 

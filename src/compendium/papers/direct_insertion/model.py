@@ -95,7 +95,9 @@ class InContextTransformer(nn.Module):
     flow : bool
         Rectified-flow velocity model: the target tokens carry the noisy target ``batch['x_t']``
         (its own input projection) plus an embedding of the noise level ``batch['sigma']``, and
-        the head predicts the velocity ``noise - x0``. False: the target tokens are learned
+        the model returns the velocity ``noise - x0``. The head predicts ``x0`` and the velocity is
+        ``(x_t - x0_hat) / sigma``: a 32-wide token cannot carry a patch's 256 noise values, so a
+        head that output the velocity directly could not reproduce its noise part. False: the target tokens are learned
         queries and the head regresses the target.
     """
 
@@ -146,7 +148,10 @@ class InContextTransformer(nn.Module):
         for blk in self.blocks:
             blk.attn1.processor.type_index = self.type_index
             x = blk(x)
-        return unpatchify(self.head(self.norm(x[:, :TOKENS])))
+        out = unpatchify(self.head(self.norm(x[:, :TOKENS])))
+        if self.flow:  # the head predicts x0; the velocity of the straight path through x_t
+            return (batch["x_t"] - out) / batch["sigma"].clamp_min(1e-3)[:, None, None, None]
+        return out
 
 
 def parameter_count(model: nn.Module) -> int:
