@@ -35,7 +35,7 @@ class AssetSettings:
     dim: int = 32
     layers: int = 2
     heads: int = 4
-    rank: int = 4
+    rank: int = 8
     learning_rate: float = 3e-3
     objective: str = "regression"  # or "flow" (rectified flow, sampled with sample_steps Euler steps)
     sample_steps: int = 8
@@ -223,6 +223,31 @@ def evaluate(net, data: dict, probe: dict, sample_steps: int = 8, noise_seed: in
             "rgb": rgb, "mask": pm}
 
 
+def swap_conditions(data: dict, keys, share: float = 1.0) -> dict:
+    """The power controls' perturbation: a copy of ``data`` in which the first ``round(share * n)``
+    triplets get the conditions ``keys`` of the next triplet in the set (triplet i those of
+    i + 1, the last those of the first; the scenes are drawn independently, so each gets another
+    scene's). Targets, masks, tints and every other key stay the triplet's own."""
+    n = len(data["gap"])
+    k = int(round(share * n))
+    out = dict(data)
+    for key in keys:
+        arr = data[key].copy()
+        arr[:k] = np.roll(data[key], -1, axis=0)[:k]
+        out[key] = arr
+    return out
+
+
+# evaluation-time controls, fixed before their results were seen: name -> (variant, set, swapped conditions, share)
+CONTROL_SETS = {
+    "far_ctxswap": ("D", "far", ("context",), 1.0),  # context-tint: D with another scene's context (tint)
+    "far_broken_E": ("E", "far", ("appearance", "geometry"), 1.0),  # decomposition: a broken E
+    "far_proxyswap": ("D", "far", ("geometry",), 1.0),  # oracle-at-least-D: D with another scene's proxy
+    # proxy-robustness: D with another scene's proxy on a share growing with the coarsening level
+    **{f"level{j}_swap": ("D", f"level{j}", ("geometry",), (j - 1) / 3) for j in range(1, 5)},
+}
+
+
 def ols_slope(x, y) -> float:
     x, y = np.asarray(x, float), np.asarray(y, float)
     xc = x - x.mean()
@@ -276,7 +301,7 @@ def implementation_checks(rng: np.random.Generator) -> dict:
     data = R.make_triplets(rng, 8)
     with torch.no_grad():
         rank0_gap = float((d0(to_torch(data)) - e0(to_torch(data))).abs().max())
-    d, e = M.variant("D", 32, 2, 4, 4), M.variant("E", 32, 2, 4, 4)
+    d, e = M.variant("D", 32, 2, 4, 8), M.variant("E", 32, 2, 4, 8)
     pd_, pe = M.parameter_count(d), M.parameter_count(e)
     return {"rot360": rot360, "cube_spread": cube_spread, "cube_areas": areas.tolist(), "rank0_gap": rank0_gap,
             "param_gap": abs(pd_ - pe) / pd_, "params_D": pd_, "params_E": pe,
@@ -337,6 +362,10 @@ def run(config: Config, models: dict, meta: dict) -> Result:
         for v in variants:
             for k, net in enumerate(models[v]):
                 res.metrics[(s, v, k)] = evaluate(net, sets[s], probe, steps, config.seed + 31)
+    for name, (v, base, keys, share) in CONTROL_SETS.items():
+        sets[name] = swap_conditions(sets[base], keys, share)
+        for k, net in enumerate(models[v]):
+            res.metrics[(name, v, k)] = evaluate(net, sets[name], probe, steps, config.seed + 31)
     # the probe read on the true target and on the pose-A copy (its power control)
     res.probe = {"weights": probe["weights"], "mean": probe["mean"]}
     for s in ("far", "near"):
@@ -363,6 +392,15 @@ def measurements(res: Result) -> dict:
     out["face_E_minus_D"] = per_seed("far", "E", "D", "face_error", "far-gap test triplet")
     out["tint_noctx_minus_D"] = per_seed("far", "D-noctx", "D", "tint_error", "far-gap test triplet")
     out["coord_N_minus_D"] = per_seed("far", "N", "D", "coord_error", "far-gap test triplet")
+    # the power controls (CONTROL_SETS): the same statistics with a deliberately broken variant
+    out["tint_ctxswap_minus_D"] = [stats.paired_difference(m[("far_ctxswap", "D", k)]["tint_error"], m[("far", "D", k)]["tint_error"],
+                                                           unit="far-gap test triplet") for k in seeds]
+    out["face_brokenE_minus_D"] = [stats.paired_difference(m[("far_broken_E", "E", k)]["face_error"], m[("far", "D", k)]["face_error"],
+                                                           unit="far-gap test triplet") for k in seeds]
+    out["iou_D_minus_brokenE"] = [stats.paired_difference(m[("far", "D", k)]["iou"], m[("far_broken_E", "E", k)]["iou"],
+                                                          unit="far-gap test triplet") for k in seeds]
+    out["Dswap_minus_D"] = stats.paired_difference([m[("far_proxyswap", "D", k)]["iou"].mean() for k in seeds],
+                                                   [m[("far", "D", k)]["iou"].mean() for k in seeds], unit="training seed")
     out["probe_copy_minus_truth"] = stats.paired_difference(res.probe[("far", "copy")], res.probe[("far", "truth")],
                                                             unit="far-gap test triplet")
     out["probe_mean"] = {key: float(v.mean()) for key, v in res.probe.items() if isinstance(key, tuple)}
@@ -373,7 +411,12 @@ def measurements(res: Result) -> dict:
             x = np.concatenate([res.sets[f"level{j}"]["proxy_error"] for j in range(1, 5)])
             y = np.concatenate([m[(f"level{j}", v, k)]["iou"] for j in range(1, 5)])
             slopes[(v, k)] = ols_slope(x, y)
+    x = np.concatenate([res.sets[f"level{j}"]["proxy_error"] for j in range(1, 5)])
+    for k in seeds:  # the control: D with another scene's proxy on a share growing with the level
+        slopes[("D-swap", k)] = ols_slope(x, np.concatenate([m[(f"level{j}_swap", "D", k)]["iou"] for j in range(1, 5)]))
     out["slopes"] = slopes
+    out["slope_D_minus_Dswap"] = stats.paired_difference([slopes[("D", k)] for k in seeds], [slopes[("D-swap", k)] for k in seeds],
+                                                         unit="training seed")
     out["slope_D_minus_E"] = stats.paired_difference([slopes[("D", k)] for k in seeds], [slopes[("E", k)] for k in seeds],
                                                      unit="training seed (D and E pair)")
     out["level_iou"] = {(v, j): float(np.mean([m[(f"level{j}", v, k)]["iou"].mean() for k in seeds]))
