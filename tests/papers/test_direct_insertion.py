@@ -158,3 +158,134 @@ def test_tiny_training_lowers_the_loss():
     net, log = X.train_variant("D", pools, st, 0)
     losses = [l for _, l in log.to_dict()["losses"]] if isinstance(log.to_dict()["losses"][0], (list, tuple)) else log.to_dict()["losses"]
     assert losses[-1] < losses[0]
+
+
+def test_tiny_flow_training_lowers_the_loss_and_samples():
+    st = dataclasses.replace(paper.settings_for("smoke"), steps=20, batch=8, pool=32, dim=16, heads=2, rank=2,
+                             objective="flow")
+    pools = {"proxy": paper.make_triplets(np.random.default_rng(6), 32)}
+    net, log = X.train_variant("D", pools, st, 0)
+    assert net.flow
+    losses = np.ravel([np.ravel(x)[-1] for x in log.to_dict()["losses"]])
+    assert losses[-1] < losses[0]
+    b = X.to_torch(pools["proxy"], slice(0, 4))
+    out = X.sample(net.eval(), b, 3, seed=1)
+    assert out.shape == (4, 32, 32, 4) and torch.isfinite(out).all()
+    # the same noise seed gives the same sample (paired comparisons between variants)
+    assert torch.equal(out, X.sample(net, b, 3, seed=1))
+
+
+class _ExactVelocity(torch.nn.Module):
+    """A point mass at x0: the rectified-flow velocity is exactly (x_t - x0) / sigma."""
+
+    flow = True
+
+    def __init__(self, x0):
+        super().__init__()
+        self.x0 = x0
+
+    def forward(self, b):
+        return (b["x_t"] - self.x0) / b["sigma"][:, None, None, None]
+
+
+def test_euler_sampler_with_exact_velocity_lands_on_the_target():
+    rng = np.random.default_rng(7)
+    x0 = torch.from_numpy(rng.uniform(-1, 1, (2, 32, 32, 4)).astype(np.float32))
+    b = {"context": torch.zeros(2, 32, 32, 4)}
+    out = X.sample(_ExactVelocity(x0), b, 8, seed=0)
+    assert torch.allclose(out[..., :3], (x0[..., :3] + 1) / 2, atol=1e-4)
+    assert torch.allclose(out[..., 3], x0[..., 3], atol=1e-4)
+
+
+def test_coordinate_probe_has_power_and_ignores_shading():
+    P = X.P
+    train = paper.make_triplets(np.random.default_rng(8), 192)
+    probe = P.fit(train)
+    # chromaticity features do not change when the light dims every channel alike
+    f = P.features(train["target"][:4, ..., :3], train["colours"][:4], train["tint"][:4])
+    g = P.features(0.7 * train["target"][:4, ..., :3], train["colours"][:4], train["tint"][:4])
+    assert np.allclose(f, g, atol=1e-6)
+    far = paper.make_triplets(np.random.default_rng(9), 96, gap_range=(30, 90))
+    truth = P.coordinate_error(probe, far["target"][..., :3], far["target"][..., 3] > 0.5, far)
+    copy = P.coordinate_error(probe, *P.pose_a_copy(far), far)
+    blank = P.coordinate_error(probe, far["background"], np.zeros(far["gap"].shape + (32, 32), bool), far)
+    assert truth.mean() + 0.05 < copy.mean() and truth.mean() + 0.05 < blank.mean()
+    near = paper.make_triplets(np.random.default_rng(10), 64, gap_range=(0, 2))
+    t_near = P.coordinate_error(probe, near["target"][..., :3], near["target"][..., 3] > 0.5, near)
+    c_near = P.coordinate_error(probe, *P.pose_a_copy(near), near)
+    assert abs(c_near.mean() - t_near.mean()) < 0.02
+    # a blank image reads the training mean everywhere: its error is the mean distance to it
+    true = far["target"][..., 3] > 0.5
+    d = np.linalg.norm(far["coords"] - probe["mean"], axis=-1)
+    assert np.allclose(blank, (d * true).sum((1, 2)) / true.sum((1, 2)))
+
+
+def test_conjunction_of_the_headline_halves():
+    assert paper.conjunction(["pass", "pass"]) == "pass"
+    assert paper.conjunction(["pass", "fail"]) == "fail"
+    assert paper.conjunction(["inconclusive", "fail"]) == "fail"
+    assert paper.conjunction(["pass", "inconclusive"]) == "inconclusive"
+    assert paper.conjunction(["pass", "unsupported"]) == "inconclusive"
+
+
+def test_swap_conditions_gives_each_swapped_triplet_another_scenes_condition():
+    data = paper.make_triplets(np.random.default_rng(11), 9)
+    out = paper.swap_conditions(data, ("geometry",), share=1 / 3)
+    k = 3
+    assert np.array_equal(out["geometry"][:k], data["geometry"][1 : k + 1])
+    assert np.array_equal(out["geometry"][k:], data["geometry"][k:])
+    for key in data:
+        if key != "geometry":
+            assert out[key] is data[key]
+    full = paper.swap_conditions(data, ("appearance", "context"))
+    assert np.array_equal(full["appearance"][-1], data["appearance"][0])
+    # a derangement: no triplet keeps its own condition (independent scenes differ)
+    for key in ("appearance", "context"):
+        assert all(not np.array_equal(full[key][i], data[key][i]) for i in range(9))
+    assert np.array_equal(full["geometry"], data["geometry"]) and np.array_equal(full["target"], data["target"])
+    assert np.array_equal(paper.swap_conditions(data, ("geometry",), 0.0)["geometry"], data["geometry"])
+
+
+def test_control_sets_are_the_declared_perturbations():
+    cs = paper.CONTROL_SETS
+    # context-tint: D with another scene's context; decomposition: E with another scene's appearance
+    # and proxy; oracle: D with another scene's proxy; robustness: a swapped share growing with the level
+    assert cs["far_ctxswap"] == ("D", "far", ("context",), 1.0)
+    assert cs["far_broken_E"] == ("E", "far", ("appearance", "geometry"), 1.0)
+    assert cs["far_proxyswap"] == ("D", "far", ("geometry",), 1.0)
+    shares = [cs[f"level{j}_swap"][3] for j in range(1, 5)]
+    assert shares == sorted(shares) and shares[0] == 0.0 and shares[-1] == 1.0
+    assert all(cs[f"level{j}_swap"][:3] == ("D", f"level{j}", ("geometry",)) for j in range(1, 5))
+
+
+def test_run_evaluates_the_controls_paired_with_their_claims():
+    rng = np.random.default_rng(12)
+    probe = X.P.fit(paper.make_triplets(rng, 64))
+    meta = {"probe": {"weights": probe["weights"].tolist(), "mean": probe["mean"].tolist()}, "settings": {"sample_steps": 2}}
+    models = {}
+    for v in paper.VARIANTS:
+        models[v] = []
+        for k in range(2):
+            torch.manual_seed(k)
+            models[v].append(paper.variant(v, 16, 1, 2, 2).eval())
+    cfg = paper.Config(seed=0, test_far=8, test_near=4, test_per_level=6)
+    res = paper.run(cfg, models, meta)
+    for name, (v, base, keys, share) in paper.CONTROL_SETS.items():
+        s, b = res.sets[name], res.sets[base]
+        n = int(round(share * len(b["gap"])))
+        for key in keys:
+            assert np.array_equal(s[key][:n], np.roll(b[key], -1, axis=0)[:n]) and np.array_equal(s[key][n:], b[key][n:])
+        assert np.array_equal(s["target"], b["target"]) and np.array_equal(s["tint"], b["tint"])
+        assert all((name, v, k) in res.metrics for k in range(2))
+    # share 0 is D itself, bit for bit
+    assert np.array_equal(res.metrics[("level1_swap", "D", 0)]["iou"], res.metrics[("level1", "D", 0)]["iou"])
+    m = paper.measurements(res)
+    for key in ("tint_ctxswap_minus_D", "face_brokenE_minus_D", "iou_D_minus_brokenE"):
+        assert len(m[key]) == 2
+    d = res.metrics
+    assert np.isclose(m["tint_ctxswap_minus_D"][0].point,
+                      (d[("far_ctxswap", "D", 0)]["tint_error"] - d[("far", "D", 0)]["tint_error"]).mean())
+    assert np.isclose(m["iou_D_minus_brokenE"][1].point, (d[("far", "D", 1)]["iou"] - d[("far_broken_E", "E", 1)]["iou"]).mean())
+    assert np.isclose(m["slope_D_minus_Dswap"].point, np.mean([m["slopes"][("D", k)] - m["slopes"][("D-swap", k)] for k in range(2)]))
+    assert np.isclose(m["Dswap_minus_D"].point,
+                      np.mean([d[("far_proxyswap", "D", k)]["iou"].mean() - d[("far", "D", k)]["iou"].mean() for k in range(2)]))

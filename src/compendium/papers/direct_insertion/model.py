@@ -16,6 +16,16 @@ OUT_DIM = 4 * PATCH * PATCH  # rgb + silhouette
 TYPES = ("target", "appearance", "geometry", "context")
 
 
+TIME_FREQS = 8
+
+
+def time_features(sigma: torch.Tensor) -> torch.Tensor:
+    """Sinusoidal features of the noise level sigma in [0, 1]: (B,) -> (B, 2 * TIME_FREQS)."""
+    f = torch.pi * 2.0 ** torch.arange(TIME_FREQS, dtype=torch.float32) / 2
+    a = sigma.float().reshape(-1, 1) * f
+    return torch.cat([torch.sin(a), torch.cos(a)], -1)
+
+
 def patchify(img: torch.Tensor) -> torch.Tensor:
     """(B, S, S, C) -> (B, 64, 16 C), C padded to 4."""
     b, s, _, c = img.shape
@@ -82,11 +92,20 @@ class InContextTransformer(nn.Module):
         embedding.
     shared_adapter : bool
         One adapter for all tokens (E) instead of one per type (D).
+    flow : bool
+        Rectified-flow velocity model: the target tokens carry the noisy target ``batch['x_t']``
+        (its own input projection) plus an embedding of the noise level ``batch['sigma']``, and
+        the model returns the velocity ``noise - x0``. The head predicts ``x0`` and the velocity is
+        ``(x_t - x0_hat) / sigma``: a 32-wide token cannot carry a patch's 256 noise values, so a
+        head that output the velocity directly could not reproduce its noise part. False: the target tokens are learned
+        queries and the head regresses the target.
     """
 
     def __init__(self, conditions=("appearance", "geometry", "context"), dim: int = 48, layers: int = 2, heads: int = 4,
-                 rank: int = 8, tied: bool = False, positions: str = "decomposed", shared_adapter: bool = False):
+                 rank: int = 8, tied: bool = False, positions: str = "decomposed", shared_adapter: bool = False,
+                 flow: bool = False):
         super().__init__()
+        self.flow = bool(flow)
         if positions not in ("decomposed", "shared"):
             raise ValueError("positions must be 'decomposed' or 'shared'")
         self.conditions, self.positions, self.tied = tuple(conditions), positions, tied
@@ -94,6 +113,9 @@ class InContextTransformer(nn.Module):
         n_proj = 1 if tied else len(self.conditions)
         self.proj = nn.ModuleList([nn.Linear(IN_DIM, dim) for _ in range(n_proj)])
         self.pos = nn.Parameter(torch.randn(TOKENS, dim) * 0.5)
+        if self.flow:
+            self.proj_target = nn.Linear(IN_DIM, dim)
+            self.time = nn.Sequential(nn.Linear(2 * TIME_FREQS, dim), nn.SiLU(), nn.Linear(dim, dim))
         if positions == "decomposed":
             self.pos_app = nn.Parameter(torch.randn(TOKENS, dim) * 0.5)
             self.type_emb = nn.Parameter(torch.randn(len(TYPES), dim) * 0.02)
@@ -111,6 +133,8 @@ class InContextTransformer(nn.Module):
         """``batch`` holds (B, S, S, C) tensors per condition; returns (B, S, S, 4) (rgb, silhouette logit)."""
         b = next(iter(batch.values())).shape[0]
         toks = [self.query.expand(b, -1, -1) + self.pos]
+        if self.flow:
+            toks[0] = toks[0] + self.proj_target(patchify(batch["x_t"])) + self.time(time_features(batch["sigma"]))[:, None]
         for i, c in enumerate(self.conditions):
             x = self.proj[0 if self.tied else i](patchify(batch[c]))
             if self.positions == "decomposed":
@@ -124,27 +148,30 @@ class InContextTransformer(nn.Module):
         for blk in self.blocks:
             blk.attn1.processor.type_index = self.type_index
             x = blk(x)
-        return unpatchify(self.head(self.norm(x[:, :TOKENS])))
+        out = unpatchify(self.head(self.norm(x[:, :TOKENS])))
+        if self.flow:  # the head predicts x0; the velocity of the straight path through x_t
+            return (batch["x_t"] - out) / batch["sigma"].clamp_min(1e-3)[:, None, None, None]
+        return out
 
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def variant(name: str, dim: int = 48, layers: int = 2, heads: int = 4, rank: int = 8) -> InContextTransformer:
+def variant(name: str, dim: int = 48, layers: int = 2, heads: int = 4, rank: int = 8,
+            flow: bool = False) -> InContextTransformer:
     """D, E, N, O and D-noctx. E gets the shared adapter rank that brings its parameter count
     closest to D's (D's extra input projections, position table and type embeddings)."""
+    kw = dict(dim=dim, layers=layers, heads=heads, flow=flow)
     if name in ("D", "O"):
-        return InContextTransformer(dim=dim, layers=layers, heads=heads, rank=rank)
+        return InContextTransformer(rank=rank, **kw)
     if name == "N":
-        return InContextTransformer(("appearance", "context"), dim=dim, layers=layers, heads=heads, rank=rank)
+        return InContextTransformer(("appearance", "context"), rank=rank, **kw)
     if name == "D-noctx":
-        return InContextTransformer(("appearance", "geometry"), dim=dim, layers=layers, heads=heads, rank=rank)
+        return InContextTransformer(("appearance", "geometry"), rank=rank, **kw)
     if name == "E":
-        target = parameter_count(InContextTransformer(dim=dim, layers=layers, heads=heads, rank=rank))
-        base = parameter_count(InContextTransformer(dim=dim, layers=layers, heads=heads, rank=0, tied=True,
-                                                    positions="shared", shared_adapter=True))
+        target = parameter_count(InContextTransformer(rank=rank, **kw))
+        base = parameter_count(InContextTransformer(rank=0, tied=True, positions="shared", shared_adapter=True, **kw))
         r = max(1, round((target - base) / (layers * 3 * 2 * dim)))
-        return InContextTransformer(dim=dim, layers=layers, heads=heads, rank=r, tied=True, positions="shared",
-                                    shared_adapter=True)
+        return InContextTransformer(rank=r, tied=True, positions="shared", shared_adapter=True, **kw)
     raise ValueError(f"unknown variant {name!r}")

@@ -146,7 +146,9 @@ def make_triplets(rng: np.random.Generator, n: int, *, gap_range=(0.0, 90.0), pr
     (untextured); ``context`` (n, S, S, 4) the tinted background with the box zeroed plus the box
     mask; ``target`` (n, S, S, 4) the tinted object at B composited on the background, plus the
     silhouette; and ``background``, ``face``, ``albedo_shaded``, ``tint``, ``gap``,
-    ``proxy_error`` (1 - IoU of proxy and true silhouettes at B), ``level``.
+    ``proxy_error`` (1 - IoU of proxy and true silhouettes at B), ``level``; for the coordinate
+    probe also ``coords`` (n, S, S, 3) the object coordinates at B, ``colours`` (n, 6, 3) the face
+    albedos and ``appearance_mask`` (n, S, S) the silhouette at A.
     """
     lo, hi, valid, colours = random_shapes(rng, n)
     pose_a = rng.uniform(-60, 60, (n, 3))
@@ -162,7 +164,8 @@ def make_triplets(rng: np.random.Generator, n: int, *, gap_range=(0.0, 90.0), pr
         plo[sel], phi[sel] = a[sel], b[sel]
     tint = rng.uniform(0.6, 1.0, (n, 3))
     bg = backgrounds(rng, n) * tint[:, None, None, :]
-    out = {k: [] for k in ("appearance", "geometry", "target", "face", "albedo_shaded", "proxy_mask")}
+    out = {k: [] for k in ("appearance", "geometry", "target", "face", "albedo_shaded", "proxy_mask", "coords",
+                           "appearance_mask")}
     for s in range(0, n, chunk):
         sl = slice(s, s + chunk)
         ra = render(lo[sl], hi[sl], valid[sl], pose_a[sl])
@@ -178,6 +181,8 @@ def make_triplets(rng: np.random.Generator, n: int, *, gap_range=(0.0, 90.0), pr
         out["face"].append(rb["face"])
         out["albedo_shaded"].append(sb)
         out["proxy_mask"].append(rp["mask"])
+        out["coords"].append(rb["coords"])
+        out["appearance_mask"].append(ra["mask"])
     res = {k: np.concatenate(v) for k, v in out.items()}
     bm = box_mask()[None, :, :, None]
     res["context"] = np.concatenate([bg * (1 - bm), np.broadcast_to(bm, bg.shape[:3] + (1,))], -1)
@@ -187,5 +192,5 @@ def make_triplets(rng: np.random.Generator, n: int, *, gap_range=(0.0, 90.0), pr
     inter = (true & pm).sum((1, 2))
     union = (true | pm).sum((1, 2))
     res["proxy_error"] = 1 - inter / np.maximum(union, 1)
-    res.update(tint=tint, gap=gap, level=level)
+    res.update(tint=tint, gap=gap, level=level, colours=colours)
     return {k: (v.astype(np.float32) if v.dtype.kind == "f" else v) for k, v in res.items()}
