@@ -41,14 +41,15 @@ def build_e_target(E, e_t, w1, w2, r1, r2, rng, u_ind=None, num_candidates: int 
     return t / np.linalg.norm(t, axis=1, keepdims=True), u_ind
 
 
-def optimise_x0_to_target(x0, target, encoder, lr=8e-3, max_steps=60, tol=5e-5, patience=4):
-    """Adam on x̂_0 maximising mean cos(φ(x̂_0), target); returns (x̂_0', steps taken)."""
+def adam_ascent(x0, score_fn, lr=8e-3, max_steps=60, tol=5e-5, patience=4):
+    """Adam on a copy of ``x0`` raising ``score_fn(x)`` (a scalar tensor): at most ``max_steps``
+    steps, stopping after ``patience`` steps in a row that gain less than ``tol`` over the best
+    score so far (the released script's rule). Returns (x', steps taken)."""
     x = x0.detach().clone().requires_grad_(True)
-    tgt = torch.as_tensor(target, dtype=x.dtype)
     opt = torch.optim.Adam([x], lr=lr)
     best, stall, steps = -np.inf, 0, 0
     for _ in range(max_steps):
-        score = (encoder(x) * tgt).sum(-1).mean()
+        score = score_fn(x)
         opt.zero_grad()
         (-score).backward()
         opt.step()
@@ -62,6 +63,12 @@ def optimise_x0_to_target(x0, target, encoder, lr=8e-3, max_steps=60, tol=5e-5, 
             stall = 0
         best = max(best, s)
     return x.detach(), steps
+
+
+def optimise_x0_to_target(x0, target, encoder, lr=8e-3, max_steps=60, tol=5e-5, patience=4):
+    """Adam on x̂_0 maximising mean cos(φ(x̂_0), target); returns (x̂_0', steps taken)."""
+    tgt = torch.as_tensor(target, dtype=x0.dtype)
+    return adam_ascent(x0, lambda x: (encoder(x) * tgt).sum(-1).mean(), lr, max_steps, tol, patience)
 
 
 def rf_velocity_from_x0(x_t, x0, sigma):
@@ -110,24 +117,7 @@ def vendi2_loss(E: torch.Tensor, groups: int) -> torch.Tensor:
 
 def optimise_x0_repulsion(x0, encoder, groups: int, lr=8e-3, max_steps=60, tol=5e-5, patience=4):
     """Adam on x̂_0 raising each batch's order-2 Vendi score (the repulsion baseline; same stopping rule)."""
-    x = x0.detach().clone().requires_grad_(True)
-    opt = torch.optim.Adam([x], lr=lr)
-    best, stall, steps = -np.inf, 0, 0
-    for _ in range(max_steps):
-        loss = vendi2_loss(encoder(x), groups)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        steps += 1
-        s = -float(loss.detach())
-        if s - best < tol:
-            stall += 1
-            if stall >= patience:
-                break
-        else:
-            stall = 0
-        best = max(best, s)
-    return x.detach(), steps
+    return adam_ascent(x0, lambda x: -vendi2_loss(encoder(x), groups), lr, max_steps, tol, patience)
 
 
 def top_pc(R: np.ndarray) -> np.ndarray:
