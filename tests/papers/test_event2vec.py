@@ -201,7 +201,7 @@ def test_config_validation():
 # ---------------------------------------------------------------- a tiny end-to-end run
 def test_tiny_asset_and_run(tmp_path, monkeypatch):
     tiny = zoo.AssetSettings(train_per_class=4, dev_per_class=2, steps=3, train_events=(16, 32), resolutions=(8, 1),
-                             num_seeds=2, batch=8, e2v_dims=(8, 16), cnn_channels=(4, 8))
+                             num_seeds=2, batch_events=256, e2v_dims=(8, 16), cnn_channels=(4, 8))
     monkeypatch.setattr(zoo, "settings_for", lambda scale: tiny)
     small = dataclasses.replace(ev.SensorSettings(), capacity=256, steps=16)
     monkeypatch.setattr(ev, "SensorSettings", lambda **kw: dataclasses.replace(small, **kw))

@@ -11,6 +11,7 @@ Every other event2vec variant uses the width picked for event2vec.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,13 +19,14 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from compendium.stacking import StackedAdamW, StackedModules
 from compendium.training import TrainSpec, fit, seeded_init
 
 from . import events as ev
 from .models import Event2Vec, FrameCNN, PointNet, parameter_count
 
 __all__ = ["ASSET_NAME", "AssetSettings", "settings_for", "FAMILIES", "make_model", "transform", "batch_tensors",
-           "logits", "build_asset", "load_models"]
+           "logits", "train_stack", "build_asset", "load_models"]
 
 ASSET_NAME = "event2vec_models"
 
@@ -37,8 +39,11 @@ class AssetSettings:
     train_events: tuple
     resolutions: tuple                       # low resolutions trained besides 32 x 32 (1: no position, the control)
     num_seeds: int = 3
-    batch: int = 16
-    learning_rate: float = 1e-2           # one rate for every family (a dev check at seed 0: better than 3e-3 for both e2v and the CNN)
+    batch_events: int = 1024                 # events per training step: batch_events // N recordings of N events
+    # AdamW peak rate per architecture, picked by dev_learning_rates("smoke") from {3e-3, 1e-2, 3e-2}
+    # (seed 0, 100 steps, dev accuracy at N = 64; run once before these settings were fixed)
+    learning_rates: tuple = (("e2v", 1e-2), ("lookup", 3e-2), ("softmax", 1e-2), ("cnn", 3e-2), ("pointnet", 1e-2),
+                             ("pointnet_blind", 3e-3))
     headline_events: int = 64
     e2v_dims: tuple = (16, 32)               # the dev grid of event2vec's width d
     cnn_channels: tuple = (8, 16, 32)        # the dev grid of the frame CNN's base width c
@@ -63,6 +68,7 @@ FAMILIES = {
     "pointnet": ("pointnet", "polarity"), "pointnet_blind": ("pointnet_blind", "polarity"),
     "e2v_merged": ("e2v", "merged"), "softmax_merged": ("softmax", "merged"),
     "pointnet_blind_merged": ("pointnet_blind", "merged"),
+    "lookup_merged": ("lookup", "merged"),
     "e2v_even": ("e2v", "even"), "lookup_even": ("lookup", "even"),
 }
 
@@ -124,26 +130,91 @@ def _accuracy(model, data, n, resamples, rng, bins):
     return float(np.mean(accs))
 
 
-def train_one(arch: str, size: int, data: ev.EventSet, settings: AssetSettings, seed: int):
-    with seeded_init(seed):
-        model = make_model(arch, size, settings, data.height)
-    rng = np.random.default_rng([seed, 11])                   # batches and event samples
+def _stack_inputs(arch: str, sampled: list, bins: int):
+    """The stacked model inputs of one step: one sampled event set per copy (equal N)."""
+    if arch == "cnn":
+        frames = []
+        for d in sampled:
+            n = max(int(d.valid.sum(1).max()), 1)
+            frames.append(torch.from_numpy(ev.events_to_frames(d, bins)) * (64.0 / n))    # as in logits()
+        return (torch.stack(frames).to(torch.get_default_dtype()),)
+    bs = [batch_tensors(d) for d in sampled]
+    return tuple(torch.stack([b[k] for b in bs]) for k in ("x", "y", "p", "t", "mask"))
+
+
+def train_stack(arch: str, size: int, members: list, settings: AssetSettings, learning_rate: float):
+    """Train one model per member ``(data, seed)`` of one architecture at once (a vmapped stack,
+    :mod:`compendium.stacking`): copy ``s`` is initialised by ``seeded_init(seed_s)`` and draws its
+    recordings and events from ``default_rng([seed_s, 11])``; N is drawn per step for the whole
+    stack. Each copy is trained as it would be alone (its own loss, per-copy gradient clipping,
+    element-wise AdamW). Returns ``[(model, log)]``, ``log['final_loss']`` the copy's own loss."""
+    height = members[0][0].height
+    if any(d.height != height for d, _ in members):
+        raise ValueError("a stack's members must share the sensor size")
+    nets = []
+    for _, seed in members:
+        with seeded_init(seed):
+            nets.append(make_model(arch, size, settings, height))
+    stack = StackedModules(nets)
+    rngs = [np.random.default_rng([seed, 11]) for _, seed in members]         # batches and event samples
+    n_rng = np.random.default_rng([members[0][1], 12])                          # N per step
+    own = np.zeros(len(members))
+    trace = []
 
     def loss_fn(step: int) -> torch.Tensor:
-        rows = rng.integers(0, len(data), settings.batch)
-        n = int(rng.choice(settings.train_events))
-        sampled = ev.sample_events(data.subset(rows), n, rng)
-        return F.cross_entropy(logits(model, sampled, settings.bins), torch.from_numpy(sampled.label))
+        n = int(n_rng.choice(settings.train_events))
+        rows = max(1, settings.batch_events // n)                                 # equal events per step
+        sampled = [ev.sample_events(d.subset(r.integers(0, len(d), rows)), n, r)
+                   for (d, _), r in zip(members, rngs)]
+        out = stack(*_stack_inputs(arch, sampled, settings.bins))                 # (S, B, classes)
+        labels = torch.from_numpy(np.stack([d.label for d in sampled]))
+        per = F.cross_entropy(out.reshape(-1, out.shape[-1]), labels.reshape(-1), reduction="none")
+        per = per.reshape(len(members), -1).mean(1)
+        own[:] = per.detach().numpy()
+        if (step + 1) % 25 == 0 or step + 1 == settings.steps:
+            trace.append((step + 1, own.round(4).tolist()))
+        return per.sum()
 
-    spec = TrainSpec(max_steps=settings.steps, learning_rate=settings.learning_rate, weight_decay=0.0, grad_clip=1.0,
+    opt = StackedAdamW(stack, lr=learning_rate, weight_decay=0.0, max_norm=1.0)
+    spec = TrainSpec(max_steps=settings.steps, learning_rate=learning_rate, weight_decay=0.0, grad_clip=None,
                      warmup_steps=max(1, settings.steps // 10), schedule="cosine", threads=1, log_every=25)
-    log = fit(model, loss_fn, spec)
-    return model, log.to_dict()
+    log = fit(stack, loss_fn, spec, optimizer=opt).to_dict()
+    models = stack.unstack(nets)
+    out = []
+    for s, model in enumerate(models):
+        one = {"steps": log["steps"], "stopped_early": log["stopped_early"], "final_loss": float(own[s]),
+               "losses": [(step, losses[s]) for step, losses in trace], "stack": len(members)}
+        out.append((model, one))
+    return out
+
+
+def dev_learning_rates(scale: str, grid=(3e-3, 1e-2, 3e-2), seed: int = 0, archs=None) -> dict:
+    """The learning-rate dev check, one procedure for every architecture: train seed ``seed * 100``
+    on the recordings as recorded (the asset's training set at ``scale``) at each rate of ``grid``
+    and return ``{arch: {rate: dev accuracy at the headline N}}`` (mean of two re-samplings of the
+    dev recordings). Run once, before the asset's settings were fixed; its result is recorded in
+    :class:`AssetSettings` and the chapter (it is not rerun by the asset)."""
+    st = settings_for(scale)
+    rng = np.random.default_rng([seed, 1])
+    classes = len(ev.CLASSES)
+    train = ev.simulate(np.repeat(np.arange(classes), st.train_per_class), rng)
+    dev = ev.simulate(np.repeat(np.arange(classes), st.dev_per_class), rng)
+    sizes = {"e2v": max(st.e2v_dims), "lookup": max(st.e2v_dims), "softmax": max(st.e2v_dims),
+             "cnn": st.cnn_channels[len(st.cnn_channels) // 2], "pointnet": st.pointnet_width, "pointnet_blind": st.pointnet_width}
+    out: dict = {}
+    for arch in archs or sizes:
+        out[arch] = {}
+        for rate in grid:
+            model, _ = train_stack(arch, sizes[arch], [(train, seed * 100)], st, rate)[0]
+            out[arch][rate] = _accuracy(model, dev, st.headline_events, 2, np.random.default_rng([seed, 5]), st.bins)
+            print(arch, rate, round(out[arch][rate], 4), flush=True)
+    return out
 
 
 def build_asset(out_dir: Path, scale: str, seed: int) -> None:
     """Simulate the training and dev recordings, run the dev procedure, train every family over
-    ``num_seeds`` training seeds (``seed * 100 + k``); save ``<family>_<k>.pt`` and ``metadata.json``."""
+    ``num_seeds`` training seeds (``seed * 100 + k``), the copies of one architecture and sensor
+    size as one stacked program; save ``<family>_<k>.pt`` and ``metadata.json``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     st = settings_for(scale)
@@ -156,12 +227,15 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> None:
             "train_events_per_recording": float(train.counts.mean()), "dev": {}, "models": {}}
     families = dict(FAMILIES)
     families.update({f"e2v_res{r}": ("e2v", f"res{r}") for r in st.resolutions})
+    lr = dict(st.learning_rates)
 
-    def save(family, k, model, log, size, arch, variant):
+    def save(family, k, model, log, size):
+        arch, variant = families[family]
         torch.save(model.state_dict(), out_dir / f"{family}_{k}.pt")
         meta["models"][f"{family}_{k}"] = {"family": family, "arch": arch, "variant": variant, "size": size,
                                           "height": model.height if hasattr(model, "height") else 32,
-                                          "train_seed": seed * 100 + k, "parameters": parameter_count(model), "log": log}
+                                          "train_seed": seed * 100 + k, "learning_rate": lr[arch],
+                                          "parameters": parameter_count(model), "log": log}
         print(f"{family} seed {k}: size {size}, loss {log['final_loss']:.3f}", flush=True)
 
     # dev procedure: event2vec's d and the frame CNN's c, seed 0 at every grid value
@@ -170,23 +244,27 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> None:
         arch, variant = FAMILIES[family]
         scores, first = {}, {}
         for size in grid:
-            model, log = train_one(arch, size, train, st, seed * 100)
+            model, log = train_stack(arch, size, [(train, seed * 100)], st, lr[arch])[0]
             scores[size] = _accuracy(model, dev, st.headline_events, 2, np.random.default_rng([seed, 5]), st.bins)
             first[size] = (model, log)
         best = max(grid, key=lambda s: (scores[s], -s))           # ties: the smaller model
         chosen[family] = best
         meta["dev"][family] = {"grid": list(grid), "dev_accuracy": {str(s): scores[s] for s in grid}, "chosen": best}
-        save(family, 0, *first[best], best, arch, variant)
-        for k in range(1, st.num_seeds):
-            save(family, k, *train_one(arch, best, train, st, seed * 100 + k), best, arch, variant)
+        save(family, 0, *first[best], best)
 
+    # every other model: one stack per architecture and sensor size
+    groups: dict = {}
     for family, (arch, variant) in families.items():
-        if family in chosen:
-            continue
-        size = chosen["e2v"] if arch in ("e2v", "lookup", "softmax") else st.pointnet_width
         data = transform(train, variant)
-        for k in range(st.num_seeds):
-            save(family, k, *train_one(arch, size, data, st, seed * 100 + k), size, arch, variant)
+        for k in range(1 if family in chosen else 0, st.num_seeds):
+            groups.setdefault((arch, data.height), []).append((family, k, data))
+    for (arch, _), members in groups.items():
+        size = chosen["e2v"] if arch in ("e2v", "lookup", "softmax") else chosen["cnn"] if arch == "cnn" else st.pointnet_width
+        start = time.process_time()
+        trained = train_stack(arch, size, [(data, seed * 100 + k) for _, k, data in members], st, lr[arch])
+        print(f"stack {arch} ({len(members)} models): {time.process_time() - start:.1f} s CPU", flush=True)
+        for (family, k, _), (model, log) in zip(members, trained):
+            save(family, k, model, log, size)
     meta["chosen"] = chosen
     (out_dir / "metadata.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 

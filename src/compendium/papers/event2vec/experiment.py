@@ -249,6 +249,7 @@ def run(config: Config, models: dict, meta: dict) -> Result:
     res.pairs["e2v_shuffled"] = np.stack([pa(m, merged_sh) for m in models["e2v_merged"]])
     res.pairs["pointnet_blind"] = np.stack([pa(m, merged) for m in models["pointnet_blind_merged"]])
     res.pairs["softmax"] = np.stack([pa(m, merged) for m in models["softmax_merged"]])
+    res.pairs["lookup"] = np.stack([pa(m, merged) for m in models["lookup_merged"]])
     # the card's version, with polarity: shuffled timestamps on the polarity model
     shuffled = [ev.shuffle_timestamps(d, rng) for d in draws[N0]]
     K = len(models["e2v"])
@@ -295,6 +296,7 @@ def measurements(res: Result) -> dict:
     pair_est = lambda arr: {n: mean_interval(arr[:, i], unit=unit) for i, n in enumerate(names)}
     out["pairs"] = {k: pair_est(v) for k, v in res.pairs.items()}
     out["time_e2v_key"], out["time_e2v"] = worst_case(out["pairs"]["e2v"], low=0.80)
+    out["time_lookup_key"], out["time_lookup"] = worst_case(out["pairs"]["lookup"], low=0.80)
     for name in ("e2v_shuffled", "pointnet_blind", "softmax"):
         out[f"time_{name}_key"], out[f"time_{name}"] = worst_case(out["pairs"][name], low=0.40, high=0.60)
     out["card_pairs"] = {k: pair_est(v) for k, v in res.card_pairs.items()}

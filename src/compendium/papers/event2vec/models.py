@@ -18,6 +18,9 @@ __all__ = ["normalize_coords", "delta_t", "MLPEventEmbedding", "LookupEventEmbed
            "ForgettingAttention", "Event2Vec", "PointNet", "FrameCNN", "masked_mean_pool", "parameter_count"]
 
 
+MASKED = 1e30      # the logit offset of a padding key: exp(-1e30) is exactly 0 in float32 and float64
+
+
 def parameter_count(model: nn.Module) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
@@ -129,13 +132,19 @@ class ForgettingAttention(nn.Module):
             self.gate = nn.Linear(dim, 2 * heads)
             nn.init.constant_(self.gate.bias, 3.0)                 # gates start near 1 (little forgetting)
 
-    def decay(self, h: torch.Tensor) -> torch.Tensor:
-        """``D`` (B, heads, N, N) from the tokens ``h`` (B, N, d)."""
+    def decay(self, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``D`` (B, heads, N, N) from the tokens ``h`` (B, N, d). With ``mask`` (B, N), the columns
+        of padding keys are pushed to ``-1e30`` as well (folded into the key-side cumulative sums,
+        so no (N, N) masking pass is needed): they get attention weight exactly 0."""
         logf, logg = F.logsigmoid(self.gate(h)).transpose(1, 2).chunk(2, dim=1)      # (B, heads, N) each
         c = torch.cumsum(logf, -1)                                 # c_i = sum_{l<=i} log f_l
         e = torch.cumsum(logg, -1) - logg                          # e_i = sum_{l<i} log g_l
-        fwd = c[..., :, None] - c[..., None, :]                    # sum_{l=j+1}^{i} log f_l
-        bwd = e[..., None, :] - e[..., :, None]                    # sum_{l=i}^{j-1} log g_l
+        neg_ck, ek = -c, e                                         # key-side terms (negated on the (N,) side:
+        if mask is not None:                                       # the backward pass then needs no (N, N) negation)
+            pad = (~mask)[:, None, :].to(c.dtype) * MASKED         # (B, 1, N)
+            neg_ck, ek = neg_ck - pad, e - pad
+        fwd = c[..., :, None] + neg_ck[..., None, :]               # sum_{l=j+1}^{i} log f_l
+        bwd = ek[..., None, :] + (-e)[..., :, None]                # sum_{l=i}^{j-1} log g_l
         N = h.shape[1]
         lower = torch.ones(N, N, dtype=torch.bool, device=h.device).tril()
         return torch.where(lower, fwd, bwd)
@@ -144,11 +153,12 @@ class ForgettingAttention(nn.Module):
         B, N, _ = h.shape
         q, k, v = self.qkv(h).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)   # (B, h, N, dh)
         q, k = F.layer_norm(q, (self.head_dim,)), F.layer_norm(k, (self.head_dim,))           # qk-norm
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)                            # (B, h, N, N)
+        scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-1, -2)                           # (B, h, N, N)
         if self.gates:
-            scores = scores + self.decay(h)
-        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
-        attn = torch.softmax(scores, -1).nan_to_num(0.0)          # a recording with no event: zeros
+            scores = scores + self.decay(h, mask)
+        else:
+            scores = scores + (~mask)[:, None, None, :].to(scores.dtype) * -MASKED
+        attn = torch.softmax(scores, -1)                           # padding keys: weight exactly 0
         return self.out((attn @ v).transpose(1, 2).reshape(B, N, -1))
 
 
