@@ -87,6 +87,7 @@ step kernel-benchmarks-online_spec 60 "$PY" benchmarks/online_spec_kernels.py
 step kernel-benchmarks-c2_gmae 90 "$PY" benchmarks/c2_gmae_kernels.py
 step kernel-benchmarks-on_policy_sft 60 "$PY" benchmarks/on_policy_sft_kernels.py
 step kernel-benchmarks-matryoshka_3d 60 "$PY" benchmarks/matryoshka_3d_kernels.py
+step kernel-benchmarks-event2vec 60 "$PY" benchmarks/event2vec_kernels.py
 PROJ="$(mktemp -d)/project"
 step chapter-gpu-expert_sample 300 bash -c "'$PY' -c \"import sys; sys.path.insert(0, 'tests'); from conftest import make_project; from pathlib import Path; make_project(Path('$PROJ'), fixture=False)\" && cd '$PROJ' && COMPENDIUM_ROOT='$PROJ' HF_HUB_OFFLINE=1 '$PY' -m compendium.cli execute expert_sample --set device=cuda"
 echo "report: $REPORT"

@@ -38,8 +38,9 @@ Small-scale deviations
 ----------------------
 - A synthetic 32 x 32 DVS with 8 motion classes instead of DVS Gesture / ASL-DVS / DVS-Lip.
 - d in {16, 32} (dev-picked), 2 heads, 2 layers, FFN 2d, no sequence pooling, no augmentation;
-  100 (smoke) / 200 (full) AdamW steps of 16 recordings at learning rate 1e-2, N drawn per batch
-  from {32, 64, 128} (the paper trains at one N, 64 epochs); 3 training seeds.
+  100 (smoke) / 400 (full) AdamW steps of 1024 events (1024 / N recordings, N drawn per step from
+  {32, 64, 128}; the paper trains at one N, 64 epochs), a learning rate per architecture picked on
+  dev; 3 (smoke) / 5 (full) training seeds, each architecture's copies trained as one vmapped stack.
 - Dense forgetting attention in torch (the paper: FoX's linear-time kernels, kv heads = h/2).
 - No k-means "cluster events" and no masked-event pretraining (DVS-Lip only in the paper).
 """

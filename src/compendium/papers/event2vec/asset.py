@@ -57,8 +57,8 @@ def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
         return AssetSettings(train_per_class=200, dev_per_class=25, steps=100, train_events=(32, 64, 128), resolutions=(8, 1))
     if scale == "full":
-        return AssetSettings(train_per_class=400, dev_per_class=50, steps=200, train_events=(32, 64, 128),
-                             resolutions=(16, 8, 1))
+        return AssetSettings(train_per_class=400, dev_per_class=50, steps=400, train_events=(32, 64, 128),
+                             resolutions=(16, 8, 1), num_seeds=5)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
 
 
