@@ -216,3 +216,16 @@ def test_tiny_asset_and_run(tmp_path, monkeypatch):
     assert res.curve["e2v"].shape == (2, 2) and res.pairs["e2v"].shape == (2, 4)
     assert max(res.exact["mlp"].values()) < 1e-9 and res.exact["bijection"] and res.exact["frame_total"] == 0
     assert isinstance(m["e2v_minus_cnn"], Estimate) and 0 < m["param_ratio"]
+
+
+def test_dev_learning_rates_tiny(monkeypatch):
+    tiny = zoo.AssetSettings(train_per_class=3, dev_per_class=2, steps=2, train_events=(16, 32), resolutions=(1,),
+                             num_seeds=1, batch_events=64, e2v_dims=(8,), cnn_channels=(4,), headline_events=32)
+    monkeypatch.setattr(zoo, "settings_for", lambda scale: tiny)
+    small = dataclasses.replace(ev.SensorSettings(), capacity=128, steps=8)
+    monkeypatch.setattr(ev, "SensorSettings", lambda **kw: dataclasses.replace(small, **kw))
+    out = zoo.dev_learning_rates("smoke", grid=(1e-2, 3e-2), archs=("pointnet", "lookup"))
+    assert set(out) == {"pointnet", "lookup"} and all(set(v) == {1e-2, 3e-2} for v in out.values())
+    assert all(0.0 <= a <= 1.0 for v in out.values() for a in v.values())
+    rates = dict(zoo.settings_for("full").learning_rates)
+    assert set(rates) == {"e2v", "lookup", "softmax", "cnn", "pointnet", "pointnet_blind"}

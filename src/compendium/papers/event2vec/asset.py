@@ -26,7 +26,7 @@ from . import events as ev
 from .models import Event2Vec, FrameCNN, PointNet, parameter_count
 
 __all__ = ["ASSET_NAME", "AssetSettings", "settings_for", "FAMILIES", "make_model", "transform", "batch_tensors",
-           "logits", "train_stack", "build_asset", "load_models"]
+           "logits", "train_stack", "dev_learning_rates", "build_asset", "load_models"]
 
 ASSET_NAME = "event2vec_models"
 
@@ -197,8 +197,9 @@ def dev_learning_rates(scale: str, grid=(3e-3, 1e-2, 3e-2), seed: int = 0, archs
     st = settings_for(scale)
     rng = np.random.default_rng([seed, 1])
     classes = len(ev.CLASSES)
-    train = ev.simulate(np.repeat(np.arange(classes), st.train_per_class), rng)
-    dev = ev.simulate(np.repeat(np.arange(classes), st.dev_per_class), rng)
+    sensor = ev.SensorSettings()
+    train = ev.simulate(np.repeat(np.arange(classes), st.train_per_class), rng, sensor)
+    dev = ev.simulate(np.repeat(np.arange(classes), st.dev_per_class), rng, sensor)
     sizes = {"e2v": max(st.e2v_dims), "lookup": max(st.e2v_dims), "softmax": max(st.e2v_dims),
              "cnn": st.cnn_channels[len(st.cnn_channels) // 2], "pointnet": st.pointnet_width, "pointnet_blind": st.pointnet_width}
     out: dict = {}
