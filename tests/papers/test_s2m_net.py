@@ -6,6 +6,7 @@ import sympy
 import torch
 
 from compendium.papers import s2m_net as paper
+from compendium.stacking import StackedModules
 
 
 # ---------------------------------------------------------------- layers
@@ -192,7 +193,7 @@ def test_stacked_training_equals_separate_training():
     nets = [paper.TinyUNet(4, "sstm", 4, 8) for _ in range(2)]
     x = torch.randn(2, 3, 1, 32, 32)
     with torch.no_grad():
-        assert torch.allclose(paper.StackedNets(nets)(x), torch.stack([n(x[i]) for i, n in enumerate(nets)]), atol=1e-5)
+        assert torch.allclose(StackedModules(nets)(x), torch.stack([n(x[i]) for i, n in enumerate(nets)]), atol=1e-5)
 
 
 def test_hd95_matches_brute_force():

@@ -47,7 +47,7 @@ Small-scale deviations
   only the spectral-energy measurements, since no package ships segmentation masks for them.
 - U-Nets of about 0.03-0.04 M parameters (the paper: 4.7 M), first-level width 6 (S2M-toy),
   trained for 80 (smoke) or 100 (full) AdamW steps of 4 images at learning rate 0.02, three
-  training seeds per arm trained at once (``StackedNets``: ``torch.func.vmap`` over stacked
+  training seeds per arm trained at once (``compendium.stacking.StackedModules``: ``torch.func.vmap`` over stacked
   parameters): far from converged.
 - Every arm trains at the first size (32 px at smoke, 96 px at full); at 128 px (full) only the
   plain U-Net and S2M-toy, which the mixer claim compares.
@@ -66,7 +66,6 @@ from .experiment import (
     AssetSettings,
     Config,
     Result,
-    StackedNets,
     build_asset,
     deciding_seed,
     evaluate,

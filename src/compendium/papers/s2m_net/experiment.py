@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,6 +13,7 @@ import torch
 from torch import nn
 
 from compendium import data as cdata
+from compendium.stacking import StackedModules
 from compendium.stats import Estimate, loglog_slope, mean_interval, paired_difference
 from compendium.training import TrainSpec, fit, seeded_init, torch_threads
 from compendium.validation import require_int
@@ -23,7 +23,7 @@ from . import morphology as M
 from . import shapes as S
 from .real import grey
 
-__all__ = ["ASSET_NAME", "StackedNets", "ARMS", "MIXER_ARMS", "LOSS_ARMS", "INSTRUMENT_ARMS", "evaluate_instruments", "LABELS", "AssetSettings", "settings_for", "width_for",
+__all__ = ["ASSET_NAME", "ARMS", "MIXER_ARMS", "LOSS_ARMS", "INSTRUMENT_ARMS", "evaluate_instruments", "LABELS", "AssetSettings", "settings_for", "width_for",
            "training_set", "train_arm", "build_asset", "load_models", "Config", "Result", "run", "predict",
            "evaluate", "deciding_seed", "time_layer", "real_images", "measurements"]
 
@@ -88,42 +88,8 @@ def training_set(rng: np.random.Generator, count: int, size: int, settings: Asse
     return d
 
 
-class StackedNets(nn.Module):
-    """``S`` copies of one network architecture evaluated at once: the parameters of the copies are
-    stacked along a new first axis and the forward pass is ``torch.func.vmap`` of
-    ``functional_call`` over that axis (convolutions become grouped ones). Input (S, B, ...),
-    output (S, B, ...). Training the stack with one AdamW is training each copy on its own, since
-    the losses add and AdamW acts element-wise (only gradient clipping sees the joint norm)."""
-
-    def __init__(self, nets: list):
-        super().__init__()
-        from torch.func import stack_module_state
-
-        params, buffers = stack_module_state(nets)
-        self.names = list(params)
-        self.stacked = nn.ParameterList([nn.Parameter(params[n].detach().clone()) for n in self.names])
-        self.buffer_values = {n: b.detach().clone() for n, b in buffers.items()}
-        self._base = [copy.deepcopy(nets[0]).to("meta")]   # a list: not registered as a submodule
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.func import functional_call, vmap
-
-        base = self._base[0]
-
-        def one(params, xx):
-            return functional_call(base, ({**dict(zip(self.names, params)), **self.buffer_values}), (xx,))
-
-        return vmap(one)(tuple(self.stacked), x)
-
-    def unstack(self, nets: list) -> list:
-        """Copy each stacked slice into ``nets[s]`` (same architecture) and return them."""
-        for s, net in enumerate(nets):
-            net.load_state_dict({n: p[s].detach().clone() for n, p in zip(self.names, self.stacked)}, strict=False)
-        return nets
-
-
 def train_arm(arm: str, width: int, train: dict, settings: AssetSettings, train_seeds) -> list:
-    """Train one arm at every seed of ``train_seeds`` at once (a :class:`StackedNets` of the
+    """Train one arm at every seed of ``train_seeds`` at once (a :class:`compendium.stacking.StackedModules` of the
     nets, MASL modules per seed); seed ``k`` sees the batches of ``default_rng(10_000 + k)`` in
     every arm. Returns ``[(container, log)]`` per seed (the log is of the loss summed over seeds)."""
     train_seeds = [int(k) for k in np.atleast_1d(train_seeds)]
@@ -145,7 +111,7 @@ def train_arm(arm: str, width: int, train: dict, settings: AssetSettings, train_
         if loss_kind not in ("dicebce", "multiclass"):   # the fixed sum is MASL with floor 1/5: every weight 1/5
             floor = 1.0 / len(M.LOSSES) if loss_kind == "fixed5" else settings.floor
             masls.append(M.MASL(mean, std, floor=floor, prior_strength=settings.prior_strength))
-    stack = StackedNets(nets)
+    stack = StackedModules(nets)
     container = nn.ModuleDict({"stack": stack, **({"masl": nn.ModuleList(masls)} if masls else {})})
     batches = [np.random.default_rng(10_000 + k) for k in train_seeds]
     shuffles = [np.random.default_rng(20_000 + k) for k in train_seeds]
