@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from compendium.kernels.bench import median_time
+from compendium.kernels.bench import checked_time, median_time
 from compendium.kernels.event_tokens import event_tokens_reference, event_tokens_triton
 
 
@@ -47,10 +47,7 @@ def main() -> None:
     print(f"event_tokens  B={B} N={N} d={d} V={V}: reference {t_ref * 1e3:.3f} ms")
     if cuda:
         ker = lambda: event_tokens_triton(*inputs)  # noqa: E731
-        worst = float((ker() - ref()).abs().max())
-        if worst > 1e-4:
-            raise SystemExit(f"kernel and reference disagree: max abs error {worst:.3e}")
-        t_ker = median_time(ker, args.reps, cuda)
+        t_ker, worst = checked_time(ker, ref, 1e-4, args.reps, cuda)
         print(f"event_tokens  B={B} N={N} d={d} V={V}: kernel {t_ker * 1e3:.3f} ms  "
               f"(reference / kernel = {t_ref / t_ker:.2f}; max error {worst:.2e})")
 

@@ -15,6 +15,7 @@ import argparse
 import torch
 
 from compendium.kernels import nested_prefix as npx
+from compendium.kernels.bench import checked_time
 from compendium.kernels.bench import median_time as _median_time
 
 
@@ -49,10 +50,7 @@ def main() -> None:
               f"per-width loop {t_naive * 1e3:.3f} ms (loop / reference = {t_naive / t_ref:.2f})")
         if cuda:
             ker = lambda: npx.nested_prefix_similarity_triton(q, c, dims)  # noqa: E731
-            worst = float((ker() - naive()).abs().max())
-            if worst > 1e-5:
-                raise SystemExit(f"kernel and loop disagree: max error {worst:.3e}")
-            t_ker = _median_time(ker, args.reps, cuda)
+            t_ker, worst = checked_time(ker, naive, 1e-5, args.reps, cuda, against="loop")
             print(f"nested_prefix  B={B} N={N} d={d}: kernel {t_ker * 1e3:.3f} ms  (reference / kernel = "
                   f"{t_ref / t_ker:.2f}, loop / kernel = {t_naive / t_ker:.2f}; max error {worst:.2e})")
 

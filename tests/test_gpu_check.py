@@ -42,3 +42,17 @@ def test_median_time_warms_up_then_takes_the_median():
     assert len(calls) == 6  # one untimed warm-up, then the timed calls
     with pytest.raises(ValueError, match="reps"):
         median_time(lambda: None, reps=0, cuda=False)
+
+
+def test_checked_time_refuses_a_kernel_that_disagrees_and_times_one_that_agrees():
+    import torch
+
+    from compendium.kernels.bench import checked_time
+
+    ref = torch.arange(4.0)
+    seconds, worst = checked_time(lambda: ref + 1e-7, lambda: ref, 1e-6, reps=2, cuda=False)
+    assert seconds >= 0.0 and 0.0 < worst <= 1e-6
+    with pytest.raises(SystemExit, match="kernel and loop disagree: max abs error 1.000e-03"):
+        checked_time(lambda: ref + 1e-3, lambda: ref, 1e-6, reps=2, cuda=False, against="loop")
+    with pytest.raises(SystemExit):   # a NaN never passes as agreement
+        checked_time(lambda: ref * float("nan"), lambda: ref, 1e-6, reps=2, cuda=False)

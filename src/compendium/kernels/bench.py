@@ -32,3 +32,14 @@ def _synchronize() -> None:
     import torch
 
     torch.cuda.synchronize()
+
+
+def checked_time(kernel: Callable[[], object], reference: Callable[[], object], tol: float, reps: int,
+                 cuda: bool, against: str = "reference") -> tuple[float, float]:
+    """Check that ``kernel()`` agrees with ``reference()`` (max abs difference at most ``tol``), then
+    time the kernel: ``(median seconds, max abs difference)``. A disagreement exits with a message
+    naming ``against`` and the error, so a wrong kernel is never timed."""
+    worst = float((kernel() - reference()).abs().max())
+    if not worst <= tol:
+        raise SystemExit(f"kernel and {against} disagree: max abs error {worst:.3e} (tolerance {tol:.0e})")
+    return median_time(kernel, reps, cuda), worst
