@@ -39,7 +39,7 @@ Small-scale deviations:
   (asynchronous visual refresh, frame-wise chunk attention, anchors), not the authors' method;
 * the dLLM-Cache baseline drops its value-similarity ("V-verify") partial response refresh: the
   whole answer is recomputed every step (its most accurate setting);
-* models are d = 64, 2 layers, trained for 160 (smoke) or 900 (full) steps on 6 or 8 frames of 4
+* models are d = 64, 2 layers, trained for 160 (smoke) or 1400 (full) steps on 6 or 8 frames of 4
   patches (not d = 128 x 4 layers on 32 x 16: a training step at d = 128 x 4 layers costs about
   five times as much CPU on the full task, see the chapter's Limits); the FLOP ratio, which is arithmetic, is evaluated at the
   issue's full configuration (32 frames x 16 patches, d = 128, 4 layers, steps = answer = 4)

@@ -43,7 +43,7 @@ def settings_for(scale: str) -> AssetSettings:
                              train_steps=160, batch=64, learning_rate=3e-3)
     if scale == "full":
         return AssetSettings(frames=8, patches=4, answer_len=4, d=64, layers=2, heads=4,
-                             train_steps=900, batch=64, learning_rate=3e-3, num_models=5)
+                             train_steps=1400, batch=64, learning_rate=3e-3, num_models=5)
     raise ValueError(f"unknown scale {scale!r}")
 
 
