@@ -12,9 +12,10 @@ Implemented (``model.py``):
 * one tiny pre-LN transformer of our own with explicit boolean attention masks and a per-layer
   K/V cache (``VideoLM.partial``; a visual token's input also carries the embedding of its
   frame's number token, an inductive bias that makes frame indices easy to read out, and the
-  last prompt position and the answer positions carry the embeddings of the question-type and
-  first-argument tokens, so the predicting position holds the query it looks up in the video:
-  without it the 2-layer models answered from question-type priors), trained as AR (causal mask,
+  last prompt position and the answer positions carry the embeddings of the question's three
+  prompt tokens (type, first argument, second argument), so the predicting position holds the
+  query it looks up in the video: without it the 2-layer models answered from question-type
+  priors), trained as AR (causal mask,
   next-token CE on the answer) and
   as a masked diffusion model (bidirectional mask; the LLaDA loss: ``t ~ U(0,1)``,
   ``p_mask = (1 - eps) t + eps``, ``eps = 1e-3``, loss ``sum_masked CE / p_mask / L``);
@@ -38,13 +39,13 @@ Small-scale deviations:
   (asynchronous visual refresh, frame-wise chunk attention, anchors), not the authors' method;
 * the dLLM-Cache baseline drops its value-similarity ("V-verify") partial response refresh: the
   whole answer is recomputed every step (its most accurate setting);
-* models are d = 64, 2 layers, trained for 160 (smoke) or 900 (full) steps on 6 or 8 frames of 4
-  patches
-  (not d = 128 x 4 layers on 32 x 16); the FLOP ratio, which is arithmetic, is evaluated at the
+* models are d = 64, 2 layers, trained for 160 (smoke) or 1400 (full) steps on 6 or 8 frames of 4
+  patches (not d = 128 x 4 layers on 32 x 16: a training step at d = 128 x 4 layers costs about
+  five times as much CPU on the full task, see the chapter's Limits); the FLOP ratio, which is arithmetic, is evaluated at the
   issue's full configuration (32 frames x 16 patches, d = 128, 4 layers, steps = answer = 4)
   and labelled a model; the cache decisions (R_v, A) are made by dev agreement on the toy;
-* intervals are t intervals over trained models (3); the issue's bootstrap over 3 seeds would
-  undercover.
+* intervals are t intervals over trained models (3 at smoke, 5 at full); the issue's bootstrap
+  over 3 seeds would undercover.
 """
 
 from .experiment import (AssetSettings, Config, Result, build_asset, cache_exactness, choose_cheapest,

@@ -43,7 +43,7 @@ def settings_for(scale: str) -> AssetSettings:
                              train_steps=160, batch=64, learning_rate=3e-3)
     if scale == "full":
         return AssetSettings(frames=8, patches=4, answer_len=4, d=64, layers=2, heads=4,
-                             train_steps=900, batch=64, learning_rate=3e-3)
+                             train_steps=1400, batch=64, learning_rate=3e-3, num_models=5)
     raise ValueError(f"unknown scale {scale!r}")
 
 
@@ -180,7 +180,7 @@ class Config:
     def __post_init__(self):
         object.__setattr__(self, "refresh_periods", tuple(int(x) for x in self.refresh_periods))
         object.__setattr__(self, "anchor_counts", tuple(int(x) for x in self.anchor_counts))
-        require_int("model_seeds", self.model_seeds, 1, 3)
+        require_int("model_seeds", self.model_seeds, 1, 5)
         require_int("test_questions", self.test_questions, 10, 20000)
         require_int("dev_questions", self.dev_questions, 10, 20000)
         require_number("agreement_target", self.agreement_target, 0.0, 1.0)

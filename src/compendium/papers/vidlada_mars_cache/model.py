@@ -177,14 +177,15 @@ class VideoLM(torch.nn.Module):
             frame_tok = self.tok(NUM + active.clamp(max=self.n_visual - 1) // self.patches)
             h = h + (frame_tok * vis[:, None])[None]
             # the last prompt position and the answer positions also carry the embeddings of the
-            # question-type and first-argument tokens (object k or frame f), so the position that
-            # predicts an answer holds the query itself and reading the video is one attention hop;
-            # without it a 2-layer model must first route k there, and in the training budget it
+            # question's tokens (its type, the first argument: object k or frame f, and the second
+            # argument: object j of "k before j", PAD otherwise), so the position that predicts an
+            # answer holds the query itself and reading the video is one attention hop; without it
+            # a 2-layer model must first route k (and j) there, and in the training budget it
             # answered from question-type priors (the wrong-video control failed; see Limits).
             # Prompt tokens only: legal under the causal mask, and the video's K/V are untouched.
             s_q = self.n_visual + PROMPT_LEN - 1
             if ids.shape[1] > s_q:
-                query = self.tok(ids[:, self.n_visual]) + self.tok(ids[:, self.n_visual + 1])    # [B, d]
+                query = self.tok(ids[:, self.n_visual:self.n_visual + PROMPT_LEN]).sum(1)         # [B, d]
                 h = h + query[:, None] * (active >= s_q)[None, :, None]
         new_cache, masks = [], []
         for layer, blk in enumerate(self.blocks):
