@@ -11,6 +11,7 @@ from compendium.losses import hard_negative_loss, info_nce
 from compendium.papers import matryoshka_3d as paper
 from compendium.papers.matryoshka_3d import data as D
 from compendium.stats import Estimate
+from compendium.training import seeded_init
 
 SPEC = D.TaskSpec(num_concepts=30, num_topics=4, topic_size=20, doc_min=4, doc_max=8)
 TINY_ENCODER = paper.EncoderSettings(hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=32,
@@ -66,6 +67,19 @@ def test_pool_batches_have_same_topic_hard_negatives():
     assert batch["q"][0].shape[0] == 12 and batch["n"][0].shape[0] == 12 * SPEC.hard_negatives
     same_topic = pool.topics[batch["negatives"]] == pool.topics[batch["index"]][:, None]
     assert same_topic.all() and (batch["negatives"] != batch["index"][:, None]).all()
+
+
+def test_balanced_sampling_draws_every_language_equally_often():
+    task = _task()
+    pool = D.TrainingPool.make(task, 60, 10, np.random.default_rng(2))
+    n = 6000
+    plain = np.bincount(pool.languages[pool.sample_indices(n, np.random.default_rng(3))], minlength=6) / n
+    balanced = np.bincount(pool.languages[pool.sample_indices(n, np.random.default_rng(3), balanced=True)], minlength=6) / n
+    assert np.allclose(plain, [60 / 160] * 2 + [10 / 160] * 4, atol=0.02)      # pool shares
+    assert np.allclose(balanced, 1 / 6, atol=0.02)                             # uniform over languages
+    batch = pool.batch(12, np.random.default_rng(4), balanced=True)
+    same_topic = pool.topics[batch["negatives"]] == pool.topics[batch["index"]][:, None]
+    assert same_topic.all() and batch["q"][0].shape[0] == 12
 
 
 # ---------------------------------------------------------------- the three axes
@@ -190,9 +204,30 @@ def tiny_asset(tmp_path_factory):
     out = tmp_path_factory.mktemp("m3d")
     settings = paper.AssetSettings(task=SPEC, encoder=TINY_ENCODER, pairs_high=40, pairs_low=10, dev_queries=20,
                                    batch_size=4, stage0_max_steps=4, stage0_target=0.99, check_every=2,
-                                   stage1_steps=2, num_seeds=2)
+                                   stage1_steps=2, num_seeds=2, balanced_languages=True, embedding_init_std=1.0,
+                                   embedding_lr_multiplier=30.0)
     paper.build_asset(out, "smoke", 0, settings=settings)
     return out
+
+
+def test_stage0_embedding_rate_and_init():
+    """The token embedding has its own init std and learning rate: at rate 0 it stays at its init."""
+    task = _task()
+    pool = D.TrainingPool.make(task, 40, 10, np.random.default_rng(11))
+    dev = D.make_retrieval_set(task, 20, np.random.default_rng(12))
+    settings = paper.AssetSettings(task=SPEC, encoder=TINY_ENCODER, batch_size=4, stage0_max_steps=3, check_every=3,
+                                   stage0_target=0.99, balanced_languages=True, embedding_init_std=1.0,
+                                   embedding_lr_multiplier=0.0)
+    frozen, _ = paper.train_stage0(settings, task, pool, dev, seed=0)
+    moved, _ = paper.train_stage0(paper.AssetSettings(**{**settings.__dict__, "embedding_lr_multiplier": 1.0}),
+                                  task, pool, dev, seed=0)
+    with seeded_init(0):
+        fresh = paper.Encoder(TINY_ENCODER, SPEC.vocab_size, SPEC.max_length)
+        fresh.backbone.embed_tokens.weight.data.normal_(0.0, 1.0)
+    emb = frozen.backbone.embed_tokens.weight
+    assert torch.equal(emb, fresh.backbone.embed_tokens.weight) and 0.9 < float(emb.std()) < 1.1
+    assert not torch.equal(moved.backbone.embed_tokens.weight, emb)
+    assert not torch.equal(frozen.backbone.layers[0].mlp.up_proj.weight, fresh.backbone.layers[0].mlp.up_proj.weight)
 
 
 @pytest.mark.slow

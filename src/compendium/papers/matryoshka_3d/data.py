@@ -9,7 +9,9 @@ with the rest split evenly) and orders the concepts of a text by its own permuta
 list (word order). A *query* keeps 40-60 % of its document's concepts and is written in the
 document's language or in language 0 (cross-lingual), with probability 1/2 each. Hard negatives are
 other documents of the query's topic, in the positive's language. The first ``high_resource``
-languages get many training pairs, the others few.
+languages get many training documents, the others few. Batches either draw pool documents
+uniformly (each language in proportion to its pool share) or balanced (each language equally
+often, as the evaluation sets do; the low-resource languages then repeat their few documents).
 
 Token ids: 0 = padding, 1 = end of text (the pooled token), then the concept forms.
 """
@@ -202,6 +204,7 @@ class TrainingPool:
         # hard-negative pools: same topic and language; the same topic; anything (first with >= K others)
         self._by_topic_language = {}
         self._by_topic = {}
+        self._by_language = [np.flatnonzero(self.languages == g) for g in range(self.task.spec.num_languages)]
         for t in np.unique(self.topics):
             self._by_topic[int(t)] = np.flatnonzero(self.topics == t)
         for t, lang in set(zip(self.topics.tolist(), self.languages.tolist())):
@@ -215,15 +218,28 @@ class TrainingPool:
                 return rng.choice(pool, size=K, replace=False)
         raise ValueError(f"the pool has fewer than {K + 1} documents")
 
-    def batch(self, batch_size: int, rng: np.random.Generator) -> dict:
+    def sample_indices(self, batch_size: int, rng: np.random.Generator, balanced: bool = False) -> np.ndarray:
+        """Pool documents of a batch: uniform over the pool, or (``balanced``) a language drawn
+        uniformly for each pair and then a document of that language uniformly."""
+        if not balanced:
+            return rng.integers(0, len(self.topics), size=batch_size)
+        langs = rng.integers(0, self.task.spec.num_languages, size=batch_size)
+        pools = self._by_language
+        if any(len(pools[int(g)]) == 0 for g in np.unique(langs)):
+            raise ValueError("balanced sampling needs at least one pool document in every language")
+        return np.array([pools[int(g)][rng.integers(len(pools[int(g)]))] for g in langs], dtype=np.int64)
+
+    def batch(self, batch_size: int, rng: np.random.Generator, balanced: bool = False) -> dict:
         """A batch: queries, positives and ``hard_negatives`` same-topic, same-language negatives each.
 
-        Queries and the forms of every token are drawn afresh (the pool fixes documents, not
-        surface forms). Returns token ids and lengths for ``q (B,)``, ``p (B,)``, ``n (B, K)``.
+        Documents come from :meth:`sample_indices` (``balanced``: every language equally often,
+        as in the evaluation sets; otherwise in proportion to its pool share). Queries and the
+        forms of every token are drawn afresh (the pool fixes documents, not surface forms).
+        Returns token ids and lengths for ``q (B,)``, ``p (B,)``, ``n (B, K)``.
         """
         spec = self.task.spec
         K = spec.hard_negatives
-        idx = rng.integers(0, len(self.topics), size=batch_size)
+        idx = self.sample_indices(batch_size, rng, balanced)
         neg = np.stack([self._negatives(int(j), K, rng) for j in idx])          # (B, K)
         q_lang = query_languages(self.languages[idx], rng)
         q_ids, q_len = render(self.task, sample_queries(self.task, self.concepts[idx], rng), q_lang, rng)
