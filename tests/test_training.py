@@ -190,3 +190,61 @@ def test_a_scheduler_must_own_the_rate_alone():
         fit(lin, loss, TrainSpec(max_steps=1, learning_rate=1e-3), scheduler=sched)
     with pytest.raises(ValueError, match="constant"):
         fit(lin, loss, TrainSpec(max_steps=1, learning_rate=1e-3, schedule="cosine"), optimizer=opt, scheduler=sched)
+
+
+def test_lr_scale_groups_follow_the_schedule_as_lambdalr_does_bit_for_bit():
+    """A group with lr_scale c trains at c times the scheduled rate: equal, to the last bit, to
+    per-group base rates under torch's LambdaLR with the warm-up factor (the loop fit replaces)."""
+    x, y = _task()
+    lr, c, warmup = 3e-3, 30.0, 7
+
+    def groups(model):
+        first, rest = list(model[0].parameters()), list(model[2].parameters())
+        return first, rest
+
+    a = _model(6)
+    first, rest = groups(a)
+    opt = torch.optim.AdamW([{"params": rest}, {"params": first, "lr_scale": c}], lr=lr, weight_decay=0.01)
+    fit(a, _loss_fn(a, x, y, np.random.default_rng(8)),
+        TrainSpec(max_steps=30, learning_rate=lr, weight_decay=0.01, grad_clip=1.0, warmup_steps=warmup), optimizer=opt)
+    assert [g["lr"] for g in opt.param_groups] == [lr, lr * c]
+
+    b = _model(6)
+    first, rest = groups(b)
+    opt = torch.optim.AdamW([{"params": rest, "lr": lr}, {"params": first, "lr": lr * c}], lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup))
+    rng = np.random.default_rng(8)
+    params = rest + first
+    with torch_threads(1):
+        for _ in range(30):
+            idx = torch.as_tensor(rng.integers(0, len(x), 32))
+            loss = torch.nn.functional.cross_entropy(b(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+    # and the scale matters: without it the first layer ends elsewhere
+    d = _model(6)
+    fit(d, _loss_fn(d, x, y, np.random.default_rng(8)),
+        TrainSpec(max_steps=30, learning_rate=lr, weight_decay=0.01, grad_clip=1.0, warmup_steps=warmup))
+    assert not torch.equal(d[0].weight, a[0].weight)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), True, "2"])
+def test_a_bad_lr_scale_is_refused(bad):
+    lin = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW([{"params": lin.parameters(), "lr_scale": bad}], lr=1e-3)
+    with pytest.raises(ValueError, match="lr_scale"):
+        fit(lin, lambda step: lin(torch.ones(1, 2)).sum(), TrainSpec(max_steps=1, learning_rate=1e-3), optimizer=opt)
+
+
+def test_lr_scale_with_a_scheduler_is_refused():
+    lin = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW([{"params": lin.parameters(), "lr_scale": 2.0}], lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    with pytest.raises(ValueError, match="lr_scale"):
+        fit(lin, lambda step: lin(torch.ones(1, 2)).sum(), TrainSpec(max_steps=1, learning_rate=1e-3),
+            optimizer=opt, scheduler=sched)

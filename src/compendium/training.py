@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
@@ -168,6 +168,13 @@ class TrainLog:
         return out
 
 
+def _lr_scale(group: dict) -> float:
+    c = group.get("lr_scale", 1.0)
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not (c > 0 and math.isfinite(c)):
+        raise ValueError(f"a param group's lr_scale must be a positive number, got {c!r}")
+    return float(c)
+
+
 def fit(
     model: torch.nn.Module,
     loss_fn: Callable[[int], torch.Tensor],
@@ -191,7 +198,10 @@ def fit(
         ``check(model) -> float`` on held-out data, every ``spec.check_every`` steps.
     optimizer : torch.optim.Optimizer, optional
         Continue with this optimiser (e.g. a second phase, or another optimiser such as Adam);
-        default a fresh AdamW from ``spec``.
+        default a fresh AdamW from ``spec``. Without a ``scheduler``, ``fit`` sets every param
+        group's rate each step to the rate of ``spec`` (warm-up and schedule) with peak
+        ``spec.learning_rate * group.get("lr_scale", 1.0)``: a group with ``"lr_scale": 30.0``
+        (e.g. an embedding table) follows the same schedule at 30 times the rate.
     scheduler : torch.optim.lr_scheduler.LRScheduler, optional
         A torch scheduler of ``optimizer`` that owns the learning rate (and whatever else it
         schedules, e.g. ``OneCycleLR``'s momentum): ``fit`` then leaves the rate alone and calls
@@ -215,13 +225,19 @@ def fit(
     log = TrainLog()
     start = time.perf_counter()
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    # one spec per distinct lr_scale; the scaled peak is multiplied first, as torch's LambdaLR does
+    # (base_lr * factor), so a group's rates equal LambdaLR's to the last bit
+    scales = [_lr_scale(group) for group in optimizer.param_groups]
+    if scheduler is not None and any(c != 1.0 for c in scales):
+        raise ValueError("lr_scale is applied by fit's own schedule: with a scheduler, set each group's rate instead")
+    specs = {c: spec if c == 1.0 else replace(spec, learning_rate=spec.learning_rate * c) for c in set(scales)}
     with torch_threads(spec.threads):
         model.train()
         for step in range(spec.max_steps):
             if scheduler is None:
-                lr = learning_rate_at(spec, step)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+                rates = {c: learning_rate_at(sc, step) for c, sc in specs.items()}
+                for group, c in zip(optimizer.param_groups, scales):
+                    group["lr"] = rates[c]
             loss = loss_fn(step)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 raise ValueError("loss_fn(step) must return a scalar tensor")

@@ -361,17 +361,14 @@ def train_stage0(settings: AssetSettings, task: D.Task, pool: D.TrainingPool, de
     plain = variant("plain", settings.encoder)
     embedding = model.backbone.embed_tokens.weight
     body = [p for p in model.parameters() if p is not embedding]
-    lr = settings.learning_rate
-    opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": [embedding], "lr": lr * settings.embedding_lr_multiplier}],
-                            lr=lr, weight_decay=0.01)
-    warmup = 20
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
-    spec = TrainSpec(max_steps=settings.stage0_max_steps, learning_rate=lr, weight_decay=0.01,
-                     grad_clip=1.0, threads=1, check_every=settings.check_every,
+    opt = torch.optim.AdamW([{"params": body}, {"params": [embedding], "lr_scale": settings.embedding_lr_multiplier}],
+                            lr=settings.learning_rate, weight_decay=0.01)
+    spec = TrainSpec(max_steps=settings.stage0_max_steps, learning_rate=settings.learning_rate, weight_decay=0.01,
+                     grad_clip=1.0, warmup_steps=20, threads=1, check_every=settings.check_every,
                      target=settings.stage0_target, log_every=settings.check_every)
     log = fit(model, lambda step: variant_loss(model, plain, pool.batch(settings.batch_size, rng,
                                                                          settings.balanced_languages)), spec,
-              check=lambda m: dev_recall(m, dev), optimizer=opt, scheduler=sched)
+              check=lambda m: dev_recall(m, dev), optimizer=opt)
     return model, log
 
 
