@@ -486,3 +486,34 @@ def test_mantel_spearman_finds_a_monotone_link_and_is_uniform_under_the_null():
     assert 0.3 < np.mean(ps) < 0.7                     # roughly uniform under the null
     with pytest.raises(ValueError):
         stats.mantel_spearman(np.zeros((3, 2)), np.zeros((3, 2)), rng=0)
+
+
+def test_one_se_pick_prefers_the_simplest_candidate_within_one_standard_error():
+    rng = np.random.default_rng(21)
+    base = rng.integers(0, 2, size=200).astype(float)         # the best candidate's per-unit scores
+    se = base.std(ddof=1) / math.sqrt(base.size)
+    worse = base.copy()
+    worse[np.flatnonzero(base == 1)[:3]] = 0.0               # 3 / 200 = 0.015 below: within one SE (~0.035)
+    far = base.copy()
+    far[np.flatnonzero(base == 1)[:20]] = 0.0                # 0.10 below: outside
+    pick = stats.one_se_pick([worse, base], unit="recordings")
+    assert (pick.index, pick.best, pick.n) == (0, 1, 200)
+    assert pick.standard_error == pytest.approx(se) and pick.threshold == pytest.approx(base.mean() - se)
+    assert stats.one_se_pick([far, base], unit="recordings").index == 1
+    assert stats.one_se_pick([far, worse, base], unit="recordings").index == 1
+    # equal candidates: the first (simplest); a single candidate is its own pick
+    assert stats.one_se_pick([base, base], unit="recordings").index == 0
+    assert stats.one_se_pick([base], unit="recordings").index == 0
+    # brute force on random score tables
+    for trial in range(50):
+        table = rng.normal(size=(4, 30)) + rng.normal(scale=0.3, size=(4, 1))
+        means = table.mean(1)
+        b = int(np.argmax(means))
+        limit = means[b] - table[b].std(ddof=1) / math.sqrt(30)
+        assert stats.one_se_pick(table, unit="units").index == min(k for k in range(4) if means[k] >= limit)
+
+
+@pytest.mark.parametrize("bad", [[1.0, 2.0], [[1.0]], [[1.0, np.nan]], [["a", "b"]], np.zeros((0, 3))])
+def test_one_se_pick_rejects_bad_scores(bad):
+    with pytest.raises(ValueError):
+        stats.one_se_pick(bad, unit="units")

@@ -17,9 +17,9 @@ import scipy.special
 import scipy.stats
 
 __all__ = [
-    "Estimate", "TostResult", "bootstrap_interval", "clopper_pearson", "cluster_bootstrap", "flip_probability",
+    "Estimate", "OneSEPick", "TostResult", "bootstrap_interval", "clopper_pearson", "cluster_bootstrap", "flip_probability",
     "holm", "jackknife_se", "loglog_slope", "loglog_slope_by_replicate", "mantel_spearman", "mean_interval",
-    "paired_difference", "sign_test", "spearman", "spearman_difference", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
+    "one_se_pick", "paired_difference", "sign_test", "spearman", "spearman_difference", "tost", "welch", "welch_p", "wilcoxon_signed_rank",
 ]
 
 
@@ -804,6 +804,59 @@ def jackknife_se(values, statistic=np.mean) -> float:
         raise ValueError(f"jackknife_se needs at least 2 units, got {n}")
     leave_one_out = np.array([float(statistic(np.delete(x, i, axis=0))) for i in range(n)])
     return float(np.sqrt((n - 1) / n * np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
+
+
+@dataclass(frozen=True)
+class OneSEPick:
+    """The outcome of :func:`one_se_pick`: the index kept and what decided it."""
+
+    index: int
+    best: int
+    means: tuple
+    standard_error: float
+    threshold: float
+    unit: str
+    n: int
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "best": self.best, "means": list(self.means),
+                "standard_error": self.standard_error, "threshold": self.threshold, "unit": self.unit, "n": self.n,
+                "rule": "one-standard-error: the first candidate whose mean is at least the best mean minus "
+                        "the best candidate's standard error"}
+
+
+def one_se_pick(scores, *, unit: str) -> OneSEPick:
+    r"""The one-standard-error rule (Breiman et al., 1984) for a dev-set pick among ordered candidates.
+
+    ``scores[k, i]`` is candidate ``k``'s score (higher is better) on dev unit ``i`` (a recording, a
+    problem), the same units for every candidate; candidates are ordered from the simplest (the
+    smallest model) to the most complex. With :math:`b` the candidate of highest mean and
+    :math:`se_b = sd_i(scores[b, i]) / \sqrt{n}`, the pick is the first candidate ``k`` with
+    ``mean_k >= mean_b - se_b``. A difference smaller than the dev set's own noise then never
+    decides the pick, so the pick does not turn on the last bits of a computation (another CPU,
+    another SIMD path), and ties go to the simpler candidate.
+
+    Parameters
+    ----------
+    scores : array_like, shape (k, n)
+        ``k >= 1`` candidates, ``n >= 2`` dev units, finite.
+    unit : str
+        What one dev unit is (recorded in the result).
+    """
+    try:
+        x = np.asarray(scores, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"scores must be numbers, got {scores!r}") from None
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 2:
+        raise ValueError(f"scores must have shape (candidates >= 1, units >= 2), got {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("scores must be finite")
+    means = x.mean(axis=1)
+    best = int(np.argmax(means))                       # the first of equal bests
+    se = float(x[best].std(ddof=1) / math.sqrt(x.shape[1]))
+    threshold = float(means[best] - se)
+    index = int(np.flatnonzero(means >= threshold)[0])
+    return OneSEPick(index, best, tuple(float(m) for m in means), se, threshold, unit, int(x.shape[1]))
 
 
 def flip_probability(values, threshold: float, n: int, *, rng, resamples: int = 10_000,

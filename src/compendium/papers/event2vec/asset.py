@@ -3,8 +3,9 @@
 Each model family sees the same simulated training recordings (one set per asset seed), a fresh
 uniform sample of N events per recording and step, with N drawn per batch from the training
 grid, so one model is evaluated at every N. The event2vec width and the frame CNN's width are
-picked by one dev procedure: train seed 0 at every grid value, keep the value with the highest
-dev accuracy at the headline N (mean of two re-samplings), then train the other seeds at it.
+picked by one dev procedure: train seed 0 at every grid value, measure dev accuracy at the
+headline N (per recording, mean of two re-samplings) and keep the smallest width within one
+standard error of the best (:func:`compendium.stats.one_se_pick`), then train the other seeds at it.
 Every other event2vec variant uses the width picked for event2vec.
 """
 
@@ -20,6 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from compendium.stacking import StackedAdamW, StackedModules
+from compendium.stats import one_se_pick
 from compendium.training import TrainSpec, fit, seeded_init
 
 from . import events as ev
@@ -121,13 +123,18 @@ def logits(model, sampled: ev.EventSet, bins: int = 8) -> torch.Tensor:
     return model(b["x"], b["y"], b["p"], b["t"], b["mask"])
 
 
-def _accuracy(model, data, n, resamples, rng, bins):
-    accs = []
+def _correct(model, data, n, resamples, rng, bins) -> np.ndarray:
+    """Per-recording accuracy (S,) of ``model`` on ``data``: mean over ``resamples`` uniform draws of N events."""
+    hits = np.zeros(len(data.label))
     with torch.no_grad():
         for _ in range(resamples):
             out = logits(model, ev.sample_events(data, n, rng), bins)
-            accs.append(float((out.argmax(1).numpy() == data.label).mean()))
-    return float(np.mean(accs))
+            hits += out.argmax(1).numpy() == data.label
+    return hits / resamples
+
+
+def _accuracy(model, data, n, resamples, rng, bins):
+    return float(_correct(model, data, n, resamples, rng, bins).mean())
 
 
 def _stack_inputs(arch: str, sampled: list, bins: int):
@@ -243,14 +250,17 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> None:
     chosen = {}
     for family, grid in (("e2v", st.e2v_dims), ("cnn", st.cnn_channels)):
         arch, variant = FAMILIES[family]
-        scores, first = {}, {}
+        per_recording, first = {}, {}
         for size in grid:
             model, log = train_stack(arch, size, [(train, seed * 100)], st, lr[arch])[0]
-            scores[size] = _accuracy(model, dev, st.headline_events, 2, np.random.default_rng([seed, 5]), st.bins)
+            per_recording[size] = _correct(model, dev, st.headline_events, 2, np.random.default_rng([seed, 5]), st.bins)
             first[size] = (model, log)
-        best = max(grid, key=lambda s: (scores[s], -s))           # ties: the smaller model
+        pick = one_se_pick([per_recording[s] for s in sorted(grid)], unit="dev recordings")
+        best = sorted(grid)[pick.index]                           # the smallest width within one SE of the best
         chosen[family] = best
-        meta["dev"][family] = {"grid": list(grid), "dev_accuracy": {str(s): scores[s] for s in grid}, "chosen": best}
+        meta["dev"][family] = {"grid": list(grid), "dev_accuracy": {str(s): float(per_recording[s].mean()) for s in grid},
+                               "chosen": best, "standard_error": pick.standard_error, "threshold": pick.threshold,
+                               "highest": sorted(grid)[pick.best]}
         save(family, 0, *first[best], best)
 
     # every other model: one stack per architecture and sensor size
