@@ -2,7 +2,7 @@
 
 import pytest
 
-from compendium.expected import compare_verdicts, load_expected
+from compendium.expected import compare_verdicts, fragile_differences, load_expected
 
 
 def _rows(**verdicts):
@@ -41,3 +41,13 @@ def test_bad_entries_are_refused(tmp_path, text, match):
 
 def test_the_repository_file_parses():
     assert load_expected("smoke")
+
+
+def test_fragile_entries_that_differ_are_listed_not_failed(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text("smoke:\n  ch:\n    a: pass\n    b: {verdict: fail, fragile: 'flips at 2 of 5 seeds'}\n")
+    expected = load_expected("smoke", path)
+    assert fragile_differences(expected, {"ch": _rows(a="fail", b="fail")}) == []
+    assert fragile_differences(expected, {"ch": _rows(a="fail", b="pass")}) == [
+        "ch/b: recorded fail, got pass (fragile: flips at 2 of 5 seeds)"]
+    assert fragile_differences(expected, {"other": _rows(b="pass")}) == []

@@ -49,6 +49,37 @@ def test_build_produces_chapters_claims_and_book(built_project):
     assert "Run times" in (html / "runtime.html").read_text()
 
 
+def test_verdicts_compare_with_the_recorded_ones(built_project):
+    """`compendium verdicts --compare`: 0 when every decisive verdict matches, 1 with the difference
+    named when one does not; a fragile entry that differs is listed and does not fail."""
+    root = built_project
+    path = root / "workflow" / "config" / "expected_verdicts.yaml"
+    original = path.read_text()
+    rows = json.loads(_out(root, "demo_mean", "claims.json").read_text())["claims"]
+    variance = json.loads(_out(root, "demo_variance", "claims.json").read_text())["claims"]
+    first = rows[0]["id"]
+    other = "fail" if rows[0]["verdict"] != "fail" else "pass"
+
+    def write(entry):
+        lines = ["smoke:", "  demo_variance:"] + [f"    {r['id']}: {r['verdict']}" for r in variance if not r.get("volatile")]
+        lines += ["  demo_mean:"] + [f"    {r['id']}: {r['verdict']}" for r in rows[1:] if not r.get("volatile")]
+        path.write_text("\n".join(lines + [f"    {first}: {entry}", ""]))
+
+    try:
+        write(rows[0]["verdict"])
+        ok = compendium(root, "verdicts", "--compare")
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert "2 chapter(s) compared" in ok.stdout and "0 difference(s)" in ok.stdout
+        write(other)
+        bad = compendium(root, "verdicts", "--compare")
+        assert bad.returncode == 1 and f"DIFFERS  demo_mean/{first}: expected {other}, got {rows[0]['verdict']}" in bad.stdout
+        write(f'{{verdict: {other}, fragile: "flips at 1 of 5 seeds"}}')
+        soft = compendium(root, "verdicts", "--compare")
+        assert soft.returncode == 0 and f"fragile  demo_mean/{first}: recorded {other}" in soft.stdout
+    finally:
+        path.write_text(original)
+
+
 def test_noop_rebuild_does_nothing(built_project):
     root = built_project
     claims = _out(root, "demo_mean", "claims.json")

@@ -5,7 +5,7 @@
                         [--set slug.key=value ...] [--no-keep-going] [--dry-run] [-- SNAKEMAKE ARGS]
     compendium execute SLUG [--scale S] [--set KEY=VALUE ...]
     compendium asset NAME [--scale S]
-    compendium verdicts [--scale S]
+    compendium verdicts [--scale S] [--compare]
     compendium status   [--scale S]
     compendium new SLUG
     compendium data verify
@@ -483,12 +483,37 @@ def cmd_status(args) -> int:
 
 
 def cmd_verdicts(args) -> int:
-    """Print the verdicts of the last run in the format of expected_verdicts.yaml."""
+    """Print the verdicts of the last run in the format of expected_verdicts.yaml, or (``--compare``)
+    compare them with the recorded ones: exit 1 on a decisive difference."""
     import yaml
 
     plan = _plan(args)
-    print(yaml.safe_dump({plan.scale: current_verdicts(plan)}, sort_keys=False), end="")
-    return 0
+    if not args.compare:
+        print(yaml.safe_dump({plan.scale: current_verdicts(plan)}, sort_keys=False), end="")
+        return 0
+    from .expected import compare_verdicts, fragile_differences, load_expected
+
+    expected = load_expected(plan.scale)
+    actual = {}
+    for entry in plan.registry.ready:
+        claims = paths.ROOT / plan.chapter_outputs(entry.slug)["claims"]
+        if claims.is_file():
+            actual[entry.slug] = json.loads(claims.read_text(encoding="utf-8"))["claims"]
+    if not expected:
+        print(f"no verdicts are recorded for scale {plan.scale!r} in {paths.EXPECTED_VERDICTS.name}", file=sys.stderr)
+        return 2
+    missing = sorted(set(expected) - set(actual))
+    problems = compare_verdicts({s: e for s, e in expected.items() if s in actual}, actual)
+    compared = sum(1 for s in actual if s in expected for e in expected[s].values() if not e.fragile)
+    for line in fragile_differences(expected, actual):
+        print(f"fragile  {line}")
+    for line in problems:
+        print(f"DIFFERS  {line}")
+    if missing:
+        print(f"not run  {len(missing)} chapter(s): {', '.join(missing)}")
+    print(f"{len(actual)} chapter(s) compared with {paths.EXPECTED_VERDICTS.name} ({plan.scale}): "
+          f"{compared} decisive verdict(s), {len(problems)} difference(s)")
+    return 1 if problems else 0
 
 
 def cmd_new(args) -> int:
@@ -571,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verdicts", help="print the last run's verdicts as expected_verdicts.yaml entries")
     common(p)
+    p.add_argument("--compare", action="store_true",
+                   help="compare them with workflow/config/expected_verdicts.yaml instead (exit 1 on a decisive "
+                        "difference; fragile ones are listed); e.g. after a build on another machine")
     p.set_defaults(func=cmd_verdicts)
 
     p = sub.add_parser("new", help="scaffold a chapter (notebook, module, tests) from its registry entry")

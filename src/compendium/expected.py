@@ -81,6 +81,18 @@ def compare_verdicts(expected: dict[str, dict[str, Expected]], actual: dict[str,
     return problems
 
 
+def fragile_differences(expected: dict[str, dict[str, Expected]], actual: dict[str, list[dict]]) -> list[str]:
+    """The fragile entries whose computed verdict differs from the recorded one, one line each
+    (published, never a failure: their reason says why they vary)."""
+    out = []
+    for slug in sorted(set(expected) & set(actual)):
+        rows = {c["id"]: c for c in actual[slug] if not c.get("volatile")}
+        for cid, e in expected[slug].items():
+            if e.fragile and cid in rows and rows[cid]["verdict"] != e.verdict:
+                out.append(f"{slug}/{cid}: recorded {e.verdict}, got {rows[cid]['verdict']} (fragile: {e.fragile})")
+    return out
+
+
 def fragile_claims(scale: str) -> dict[tuple[str, str], str]:
     """``{(slug, claim_id): reason}`` of the entries recorded as fragile."""
     return {(slug, cid): e.fragile for slug, claims in load_expected(scale).items()
