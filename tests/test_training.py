@@ -233,7 +233,18 @@ def test_lr_scale_groups_follow_the_schedule_as_lambdalr_does_bit_for_bit():
     assert not torch.equal(d[0].weight, a[0].weight)
 
 
-@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), True, "2"])
+def test_lr_scale_zero_freezes_the_group():
+    x, y = _task()
+    m = _model(9)
+    before = m[0].weight.detach().clone()
+    opt = torch.optim.AdamW([{"params": m[0].parameters(), "lr_scale": 0.0}, {"params": m[2].parameters()}], lr=1e-2,
+                            weight_decay=0.01)
+    fit(m, _loss_fn(m, x, y, np.random.default_rng(3)), TrainSpec(max_steps=5, learning_rate=1e-2, warmup_steps=2),
+        optimizer=opt)
+    assert torch.equal(m[0].weight, before) and opt.param_groups[0]["lr"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), True, "2"])
 def test_a_bad_lr_scale_is_refused(bad):
     lin = torch.nn.Linear(2, 1)
     opt = torch.optim.AdamW([{"params": lin.parameters(), "lr_scale": bad}], lr=1e-3)

@@ -160,8 +160,11 @@ def test_interrupted_run_resumes(tmp_path):
         mark = f"import pathlib, time\npathlib.Path({str(marks / nb.stem)!r}).touch()\ntime.sleep(6)\nif explode:\n"
         nb.write_text(text.replace("if explode:\n", mark), encoding="utf-8")
     cmd = [sys.executable, "-m", "compendium.cli", "build", "--cores", "1"]
+    # SIGINT back to its default in the child: a test run started in the background of a
+    # non-interactive shell (`.ci/run &`) inherits SIGINT ignored, and the build would never see it
     proc = subprocess.Popen(cmd, cwd=root, env=project_env(root), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while time.time() < deadline and not any(marks.iterdir()) and proc.poll() is None:
         time.sleep(0.1)

@@ -170,9 +170,16 @@ class TrainLog:
 
 def _lr_scale(group: dict) -> float:
     c = group.get("lr_scale", 1.0)
-    if isinstance(c, bool) or not isinstance(c, (int, float)) or not (c > 0 and math.isfinite(c)):
-        raise ValueError(f"a param group's lr_scale must be a positive number, got {c!r}")
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not (c >= 0 and math.isfinite(c)):
+        raise ValueError(f"a param group's lr_scale must be a number >= 0, got {c!r}")
     return float(c)
+
+
+def _scaled_spec(spec: TrainSpec, c: float) -> TrainSpec | None:
+    """``spec`` with peak rate ``c * spec.learning_rate`` (None for ``c = 0``: a frozen group)."""
+    if c == 1.0:
+        return spec
+    return replace(spec, learning_rate=spec.learning_rate * c) if c > 0 else None
 
 
 def fit(
@@ -201,7 +208,7 @@ def fit(
         default a fresh AdamW from ``spec``. Without a ``scheduler``, ``fit`` sets every param
         group's rate each step to the rate of ``spec`` (warm-up and schedule) with peak
         ``spec.learning_rate * group.get("lr_scale", 1.0)``: a group with ``"lr_scale": 30.0``
-        (e.g. an embedding table) follows the same schedule at 30 times the rate.
+        (e.g. an embedding table) follows the same schedule at 30 times the rate; ``0`` freezes it.
     scheduler : torch.optim.lr_scheduler.LRScheduler, optional
         A torch scheduler of ``optimizer`` that owns the learning rate (and whatever else it
         schedules, e.g. ``OneCycleLR``'s momentum): ``fit`` then leaves the rate alone and calls
@@ -230,12 +237,12 @@ def fit(
     scales = [_lr_scale(group) for group in optimizer.param_groups]
     if scheduler is not None and any(c != 1.0 for c in scales):
         raise ValueError("lr_scale is applied by fit's own schedule: with a scheduler, set each group's rate instead")
-    specs = {c: spec if c == 1.0 else replace(spec, learning_rate=spec.learning_rate * c) for c in set(scales)}
+    specs = {c: _scaled_spec(spec, c) for c in set(scales)}
     with torch_threads(spec.threads):
         model.train()
         for step in range(spec.max_steps):
             if scheduler is None:
-                rates = {c: learning_rate_at(sc, step) for c, sc in specs.items()}
+                rates = {c: 0.0 if sc is None else learning_rate_at(sc, step) for c, sc in specs.items()}
                 for group, c in zip(optimizer.param_groups, scales):
                     group["lr"] = rates[c]
             loss = loss_fn(step)
