@@ -41,9 +41,9 @@ Small-scale deviations
 ----------------------
 - Width 32 and one transformer layer (the issue: d = 96, 3 layers): up to 260 policies must train
   within the CPU budget, and the machine does about 2 GFLOP/s per core on these small batched
-  products. Measured at the full scale (2026-12-05): at d = 96, 3 layers the base and the first 64
-  of 260 policies took 11.6 min of CPU, so the whole asset would need about 45 min, against 166 s
-  at width 32. The map enters as one token (a linear map of the wall grid) rather than one token
+  products. Measured at the full scale (2026-12-05): at d = 96, 3 layers the whole asset took
+  1431 s of CPU on one thread, against about 125-166 s at width 32, and at the same 60 steps and
+  rate that network does not learn to read its PI slot (the chapter's Limits has its verdicts). The map enters as one token (a linear map of the wall grid) rather than one token
   per cell, and each history token carries the walls around the agent and the goal cell; the PI
   slot is ``H`` tokens and the history ``H`` tokens, as in the issue.
 - Smoke uses 4 x 4 mazes, horizon 8, PI kinds full / noisy / random, alpha = 0.5 only (beta in
