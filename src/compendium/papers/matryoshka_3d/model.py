@@ -323,14 +323,17 @@ def settings_for(scale: str) -> AssetSettings:
     full-scale dev split, 2026-12-05: dev R@1 0.165 after 1000 steps against 0.05 for transformers'
     init and one rate of 3e-3; see the chapter's Limits). A step of this 6-layer, d = 64 Qwen3 on
     16 queries with 5 hard negatives each costs about 0.1 s of CPU on one thread, in proportion to
-    the batch, which is what limits both scales.
+    the batch, which is what limits both scales. Full scale trains on batches of 64 queries: the
+    in-batch negatives grow with the batch, and a probe on the full-scale dev split (seed 0,
+    2026-12-05) reached dev R@1 0.70 after 2600 steps of 64 (824 s of CPU), where 2500 steps of 16
+    had reached 0.325. Stage 0 stops at the first check at or above 0.70, within 4000 steps.
     """
     stage0 = dict(balanced_languages=True, learning_rate=1e-3, embedding_init_std=1.0, embedding_lr_multiplier=30.0)
     if scale == "smoke":
         return AssetSettings(pairs_high=1000, pairs_low=100, stage0_max_steps=60, stage1_steps=12, batch_size=8,
                              dev_queries=400, check_every=20, stage1_learning_rate=2e-3, **stage0)
     if scale == "full":
-        return AssetSettings(stage0_max_steps=2500, stage1_steps=120, batch_size=16, dev_queries=1000,
+        return AssetSettings(stage0_max_steps=4000, stage1_steps=120, batch_size=64, dev_queries=1000,
                              check_every=50, stage1_learning_rate=2e-3, **stage0)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
 
