@@ -108,6 +108,20 @@ def test_make_stability_runs_variants_as_jobs_and_renders(project):
     assert "chapter_variant" not in again.stdout + again.stderr, proc.stdout[-2000:]
 
 
+@pytest.mark.e2e
+def test_stability_no_book_stops_after_the_record(project):
+    """`--no-book` writes the variants and stability.json and builds nothing else: no book, and no
+    other chapter brought up to date (at full scale that could be hours of other chapters' runs)."""
+    proc = compendium(project, "stability", "--seeds", "1", "--only", "demo_mean", "--no-sweeps", "--no-book",
+                      check=True, timeout=900)
+    out = project / "results" / "smoke"
+    assert json.loads((out / "demo_mean" / "variants" / "seed-1" / "claims.json").read_text())["seed"] == 1
+    assert json.loads((out / "stability.json").read_text())["chapters"]["demo_mean"]["seeds"] == [1]
+    assert "book not rebuilt (--no-book)" in proc.stdout
+    assert not (out / "book").exists()
+    assert not (out / "demo_variance").exists()
+
+
 def test_execute_with_seeds_runs_variants_and_prints_the_flips(project):
     """`compendium execute SLUG --seeds K`: the chapter, then K further seeds into the variant
     folders `stability` uses, and one agreement line per row."""

@@ -320,7 +320,9 @@ def cmd_stability(args) -> int:
 
     The variants are ordinary wildcard jobs (``chapter_variant``: parallel, cached, any profile);
     whatever finished is then aggregated into ``results/<scale>/stability.json`` and the book is
-    rebuilt with its Stability page, per-claim agreement and sweep tables.
+    rebuilt with its Stability page, per-claim agreement and sweep tables. ``--no-book`` stops after
+    ``stability.json``: rebuilding the book brings every chapter of the scale up to date, which at
+    full scale can mean hours of other chapters' runs and assets.
     """
     import argparse as _argparse
 
@@ -355,6 +357,9 @@ def cmd_stability(args) -> int:
             data = stability.load(plan.scale)
             for slug, cid, agree, n in stability.flips(data):
                 print(f"  flips: {slug}/{cid}: {agree}/{n} seeds agree")
+            if args.no_book:
+                print("book not rebuilt (--no-book): `compendium build` renders stability.json into it")
+                return rc
             partial_file = _run_config(ns, plan, partial=True)
             try:
                 book = _snakemake_cmd(ns, plan, partial_file, partial=True)
@@ -572,6 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=3, help="how many further seeds per chapter (default 3)")
     p.add_argument("--only", nargs="+", metavar="SLUG", help="sweep only these chapters")
     p.add_argument("--no-sweeps", action="store_true", help="seeds only: skip the registry's parameter sweeps")
+    p.add_argument("--no-book", action="store_true",
+                   help="stop after stability.json; do not rebuild the book (which brings every chapter of the "
+                        "scale up to date first)")
     p.add_argument("--profile", default="local", help=f"where it runs: {', '.join(PROFILES)}")
     p.add_argument("--cores", type=_positive_int, default=None, help="cores for Snakemake (default: the profile's)")
     p.add_argument("--dry-run", action="store_true", help="show what would run")
