@@ -59,7 +59,70 @@ BAD_REGISTRIES = {
         lambda r: _hippo(r)["parameters"]["num_modes"].pop("help"), r"continuized_hippo.*help"),
     "unknown asset": (lambda r: _hippo(r).update(assets=["gpt5"]), r"continuized_hippo.*unknown asset 'gpt5'"),
     "unknown top-level key": (lambda r: r.update(chapterz=[]), r"chapterz"),
+    "asset requires an unknown asset": (
+        lambda r: r["assets"]["pi_distill_policies"].update(requires=["pi_distill_base"]),
+        r"asset 'pi_distill_policies'.*requires.*unknown asset 'pi_distill_base'"),
+    "asset requires itself": (
+        lambda r: r["assets"]["pi_distill_policies"].update(requires=["pi_distill_policies"]),
+        r"asset 'pi_distill_policies'.*a cycle, pi_distill_policies -> pi_distill_policies"),
+    "asset requirements in a cycle": (
+        lambda r: (r["assets"]["pi_distill_policies"].update(requires=["matryoshka_3d_encoders"]),
+                   r["assets"]["matryoshka_3d_encoders"].update(requires=["pi_distill_policies"])),
+        r"a cycle, (pi_distill_policies -> matryoshka_3d_encoders -> pi_distill_policies"
+        r"|matryoshka_3d_encoders -> pi_distill_policies -> matryoshka_3d_encoders)"),
+    "asset requires not a list": (
+        lambda r: r["assets"]["pi_distill_policies"].update(requires="matryoshka_3d_encoders"),
+        r"pi_distill_policies.*requires"),
 }
+
+
+def test_asset_requirements_are_accepted_and_planned(tmp_path):
+    """A diamond (a needs b and c, both need d) is no cycle; the plan names the upstream folders."""
+    from compendium.workflow import Plan
+
+    def mutate(raw):
+        names = ["pi_distill_policies", "matryoshka_3d_encoders", "poster_agent_policies", "cofact_gvr_policies"]
+        a, b, c, d = (raw["assets"][n] for n in names)
+        a["requires"], b["requires"], c["requires"] = [names[1], names[2]], [names[3]], [names[3]]
+
+    registry = load_registry(_write_registry(tmp_path, mutate))
+    assert registry.assets["pi_distill_policies"]["requires"] == ["matryoshka_3d_encoders", "poster_agent_policies"]
+    plan = Plan(registry=registry, scale="full", params={}, device="cpu", partial=False, profile="local")
+    assert plan.asset_upstream("pi_distill_policies") == ["results/full/assets/matryoshka_3d_encoders",
+                                                          "results/full/assets/poster_agent_policies"]
+    assert plan.asset_upstream("cofact_gvr_policies") == []
+
+
+def test_ensure_asset_builds_what_an_asset_requires_first(tmp_path, monkeypatch):
+    """`compendium asset`/`execute` build a missing required asset before the asset that needs it,
+    and reuse one that is built; a forced rebuild forces only the asset named."""
+    from compendium import assets, cli, paths
+    from compendium.workflow import Plan
+
+    def mutate(raw):
+        raw["assets"]["pi_distill_policies"]["requires"] = ["matryoshka_3d_encoders"]
+        raw["assets"]["matryoshka_3d_encoders"]["requires"] = ["poster_agent_policies"]
+
+    registry = load_registry(_write_registry(tmp_path, mutate))
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    built = []
+
+    def fake_loader(spec):
+        def builder(out_dir, scale, seed):
+            name = next(n for n, a in registry.assets.items() if a["builder"] == spec)
+            for req in registry.assets[name].get("requires", []):
+                assets.asset_dir(req, scale)            # raises if the required one is not there yet
+            built.append(name)
+            return {}
+        return builder
+
+    monkeypatch.setattr(assets, "load_builder", fake_loader)
+    monkeypatch.setattr(assets, "environment_record", lambda: {})
+    plan = Plan(registry=registry, scale="smoke", params={}, device="cpu", partial=False, profile="local")
+    cli._ensure_asset(plan, "pi_distill_policies")
+    assert built == ["poster_agent_policies", "matryoshka_3d_encoders", "pi_distill_policies"]
+    cli._ensure_asset(plan, "pi_distill_policies", force=True)
+    assert built[3:] == ["pi_distill_policies"]
 
 
 @pytest.mark.parametrize("case", sorted(BAD_REGISTRIES))

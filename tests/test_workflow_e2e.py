@@ -145,6 +145,32 @@ def test_repaired_chapter_recovers(built_project):
     assert "verdict-failed-to-run" not in dashboard
 
 
+def test_an_asset_is_built_after_the_assets_it_requires(tmp_path):
+    """An asset's `requires:` are inputs of its rule: Snakemake plans the upstream asset's job and
+    feeds its folder to the downstream one (dry run; the builders are never called)."""
+    import yaml
+
+    root = make_project(tmp_path / "project")
+    path = root / "workflow" / "config" / "chapters.yaml"
+    reg = yaml.safe_load(path.read_text())
+    reg["assets"] = {
+        "upstream_model": {"description": "a first stage", "builder": "compendium.papers.pi_distill:build_asset"},
+        "downstream_model": {"description": "trained from the first", "requires": ["upstream_model"],
+                             "builder": "compendium.papers.matryoshka_3d:build_asset"},
+    }
+    reg["chapters"][0]["assets"] = ["downstream_model"]
+    path.write_text(yaml.safe_dump(reg, sort_keys=False))
+    proc = compendium(root, "build", "--dry-run", check=True, timeout=600)
+    text = proc.stdout + proc.stderr
+    jobs = [block for block in text.split("rule ")[1:] if block.startswith("asset:")]
+    outputs = {next(line.split(":", 1)[1].strip() for line in b.splitlines() if line.strip().startswith("output:")): b
+               for b in jobs}
+    assert set(outputs) == {"results/smoke/assets/upstream_model", "results/smoke/assets/downstream_model"}, text[-3000:]
+    inputs = lambda b: next(line for line in b.splitlines() if line.strip().startswith("input:"))
+    assert "results/smoke/assets/upstream_model" in inputs(outputs["results/smoke/assets/downstream_model"])
+    assert "results/smoke/assets/" not in inputs(outputs["results/smoke/assets/upstream_model"])
+
+
 def test_interrupted_run_resumes(tmp_path):
     root = make_project(tmp_path / "project")
     # Each chapter's experiment cell marks that it started, then sleeps 6 s: the interruption below

@@ -438,8 +438,12 @@ def cmd_execute(args) -> int:
 
 
 def _ensure_asset(plan: Plan, name: str, force: bool = False) -> Path:
+    """Build asset ``name`` if it is missing (always with ``force``), after the assets it requires
+    (those only if missing; the registry has refused cycles)."""
     from .assets import AssetMissing, asset_dir, build_asset
 
+    for req in plan.registry.assets[name].get("requires", []):
+        _ensure_asset(plan, req)
     # one builder of an asset at a time: a second chapter run that needs it waits, then finds it
     with _NamedLock(paths.ROOT, f"asset-{plan.scale}-{name}", f"a build of asset {name!r}", wait=True):
         try:

@@ -339,6 +339,35 @@ def _check_spec(chapter: str, name: str, spec: dict) -> None:
         _check_spec(chapter, f"{name} (list items)", spec["items"])
 
 
+
+def _check_asset_requires(path: Path, assets: dict) -> None:
+    """Every asset an asset ``requires`` is declared, and no asset requires itself, even through others."""
+    for name, spec in assets.items():
+        for req in spec.get("requires", []):
+            if req not in assets:
+                raise RegistryError(
+                    f"{path.name}: asset {name!r}: key 'requires': unknown asset {req!r}{_suggest(req, list(assets))}; "
+                    f"allowed: {', '.join(a for a in assets if a != name) or 'none'}"
+                )
+    for start in assets:
+        trail = [start]
+        stack = [(start, iter(assets[start].get("requires", [])))]
+        while stack:
+            _, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                trail.pop()
+                continue
+            if child == start:
+                raise RegistryError(f"{path.name}: asset {start!r}: key 'requires': a cycle, "
+                                    f"{' -> '.join([*trail, child])}")
+            if child in trail:
+                continue                      # a cycle that does not pass through ``start``: found from its own start
+            trail.append(child)
+            stack.append((child, iter(assets[child].get("requires", []))))
+
+
 def load_registry(path: str | Path | None = None, *, check_files: bool = True) -> Registry:
     """Load and validate the registry.
 
@@ -384,6 +413,7 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
     if len(set(part_ids)) != len(part_ids):
         raise RegistryError(f"{path.name}: duplicate part ids in {part_ids}")
     assets = raw.get("assets") or {}
+    _check_asset_requires(path, assets)
     chapters, seen, abstracts = [], set(), {}
     for item in raw["chapters"]:
         slug = item["slug"]

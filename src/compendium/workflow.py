@@ -99,6 +99,10 @@ class Plan:
         """The library files the builder imports: a change to one of them rebuilds the asset."""
         return builder_sources(self.registry.assets[name]["builder"]) + rule_extra_inputs()
 
+    def asset_upstream(self, name: str) -> list[str]:
+        """The folders of the assets ``name`` requires (built first; a rebuilt one rebuilds it)."""
+        return [f"{results_dir(self.scale)}/assets/{req}" for req in self.registry.assets[name].get("requires", [])]
+
     def params_json(self, slug: str) -> str:
         """Resolved parameters as canonical JSON: Snakemake reruns a chapter when they change."""
         return json.dumps(self.params[slug], sort_keys=True)

@@ -41,6 +41,7 @@ rule chapter:
 rule asset:
     input:
         sources=asset_sources,
+        upstream=asset_upstream,
     output:
         directory("results/{scale}/assets/{asset}"),
     params:

@@ -59,6 +59,10 @@ def asset_sources(wildcards):
     return PLAN.asset_sources(wildcards.asset)
 
 
+def asset_upstream(wildcards):
+    return PLAN.asset_upstream(wildcards.asset)
+
+
 def asset_builder(wildcards):
     return _asset(wildcards)["builder"]
 

@@ -53,8 +53,8 @@ Small-scale deviations
   2600 steps (about 14 minutes of CPU); on batches of 16 it had stopped at 0.325 after 2500 steps
   (the chapter's Limits give the probes). The full asset takes about 26 minutes of CPU.
 - Smoke scale: a smaller training pool and far fewer steps (see ``model.settings_for``).
-- One asset holds stage 0 and every variant: the workflow has no asset-to-asset dependencies, so
-  the six stage-1 trainings are not separate rules.
+- One asset holds stage 0 and every variant: it was written before assets could require other
+  assets (the registry's ``requires:``), and has not yet been split into one rule per stage.
 """
 
 from .data import RetrievalSet, Task, TaskSpec, TrainingPool, make_retrieval_set, make_task, render, token_of
