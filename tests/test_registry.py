@@ -66,12 +66,12 @@ BAD_REGISTRIES = {
         lambda r: r["assets"]["pi_distill_policies"].update(requires=["pi_distill_policies"]),
         r"asset 'pi_distill_policies'.*a cycle, pi_distill_policies -> pi_distill_policies"),
     "asset requirements in a cycle": (
-        lambda r: (r["assets"]["pi_distill_policies"].update(requires=["matryoshka_3d_encoders"]),
-                   r["assets"]["matryoshka_3d_encoders"].update(requires=["pi_distill_policies"])),
-        r"a cycle, (pi_distill_policies -> matryoshka_3d_encoders -> pi_distill_policies"
-        r"|matryoshka_3d_encoders -> pi_distill_policies -> matryoshka_3d_encoders)"),
+        lambda r: (r["assets"]["pi_distill_policies"].update(requires=["matryoshka_3d_mrl"]),
+                   r["assets"]["matryoshka_3d_mrl"].update(requires=["pi_distill_policies"])),
+        r"a cycle, (pi_distill_policies -> matryoshka_3d_mrl -> pi_distill_policies"
+        r"|matryoshka_3d_mrl -> pi_distill_policies -> matryoshka_3d_mrl)"),
     "asset requires not a list": (
-        lambda r: r["assets"]["pi_distill_policies"].update(requires="matryoshka_3d_encoders"),
+        lambda r: r["assets"]["pi_distill_policies"].update(requires="matryoshka_3d_mrl"),
         r"pi_distill_policies.*requires"),
 }
 
@@ -81,14 +81,14 @@ def test_asset_requirements_are_accepted_and_planned(tmp_path):
     from compendium.workflow import Plan
 
     def mutate(raw):
-        names = ["pi_distill_policies", "matryoshka_3d_encoders", "poster_agent_policies", "cofact_gvr_policies"]
+        names = ["pi_distill_policies", "matryoshka_3d_mrl", "poster_agent_policies", "cofact_gvr_policies"]
         a, b, c, d = (raw["assets"][n] for n in names)
         a["requires"], b["requires"], c["requires"] = [names[1], names[2]], [names[3]], [names[3]]
 
     registry = load_registry(_write_registry(tmp_path, mutate))
-    assert registry.assets["pi_distill_policies"]["requires"] == ["matryoshka_3d_encoders", "poster_agent_policies"]
+    assert registry.assets["pi_distill_policies"]["requires"] == ["matryoshka_3d_mrl", "poster_agent_policies"]
     plan = Plan(registry=registry, scale="full", params={}, device="cpu", partial=False, profile="local")
-    assert plan.asset_upstream("pi_distill_policies") == ["results/full/assets/matryoshka_3d_encoders",
+    assert plan.asset_upstream("pi_distill_policies") == ["results/full/assets/matryoshka_3d_mrl",
                                                           "results/full/assets/poster_agent_policies"]
     assert plan.asset_upstream("cofact_gvr_policies") == []
 
@@ -100,8 +100,8 @@ def test_ensure_asset_builds_what_an_asset_requires_first(tmp_path, monkeypatch)
     from compendium.workflow import Plan
 
     def mutate(raw):
-        raw["assets"]["pi_distill_policies"]["requires"] = ["matryoshka_3d_encoders"]
-        raw["assets"]["matryoshka_3d_encoders"]["requires"] = ["poster_agent_policies"]
+        raw["assets"]["pi_distill_policies"]["requires"] = ["matryoshka_3d_mrl"]
+        raw["assets"]["matryoshka_3d_mrl"]["requires"] = ["poster_agent_policies"]
 
     registry = load_registry(_write_registry(tmp_path, mutate))
     monkeypatch.setattr(paths, "ROOT", tmp_path)
@@ -120,7 +120,7 @@ def test_ensure_asset_builds_what_an_asset_requires_first(tmp_path, monkeypatch)
     monkeypatch.setattr(assets, "environment_record", lambda: {})
     plan = Plan(registry=registry, scale="smoke", params={}, device="cpu", partial=False, profile="local")
     cli._ensure_asset(plan, "pi_distill_policies")
-    assert built == ["poster_agent_policies", "matryoshka_3d_encoders", "pi_distill_policies"]
+    assert built == ["poster_agent_policies", "matryoshka_3d_mrl", "pi_distill_policies"]
     cli._ensure_asset(plan, "pi_distill_policies", force=True)
     assert built[3:] == ["pi_distill_policies"]
 

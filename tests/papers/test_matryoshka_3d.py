@@ -206,7 +206,10 @@ def tiny_asset(tmp_path_factory):
                                    batch_size=4, stage0_max_steps=4, stage0_target=0.99, check_every=2,
                                    stage1_steps=2, num_seeds=2, balanced_languages=True, embedding_init_std=1.0,
                                    embedding_lr_multiplier=30.0)
-    paper.build_asset(out, "smoke", 0, settings=settings)
+    stage0_dir, variant_dirs = paper.asset_dirs(out)
+    paper.build_stage0(stage0_dir, "smoke", 0, settings=settings)
+    for name, path in variant_dirs.items():
+        paper.build_variant(name, path, "smoke", 0, stage0_dir=stage0_dir)
     return out
 
 
@@ -232,9 +235,10 @@ def test_stage0_embedding_rate_and_init():
 
 @pytest.mark.slow
 def test_tiny_asset_and_run(tiny_asset):
-    meta = json.loads((tiny_asset / "metadata.json").read_text())
-    assert len(meta["models"]) == 2 * len(paper.VARIANTS) and meta["stage0"]["log"]["steps"] == 4
-    models, stage0, settings, meta = paper.load_asset(tiny_asset)
+    stage0_dir, variant_dirs = paper.asset_dirs(tiny_asset)
+    assert json.loads((stage0_dir / "metadata.json").read_text())["stage0"]["log"]["steps"] == 4
+    models, stage0, settings, meta = paper.load_assets(stage0_dir, variant_dirs)
+    assert len(meta["models"]) == 2 * len(paper.VARIANTS)
     assert all(len(v) == 2 for v in models.values())
     # stage 1 starts from stage 0: the factorised models' backbones share the stage-0 layers' shapes, and
     # the MEL run saw only the nested ranks
@@ -253,3 +257,32 @@ def test_tiny_asset_and_run(tiny_asset):
     else:
         pytest.importorskip("sentence_transformers")
         pytest.fail(res.sentence_transformers["error"])
+
+
+@pytest.mark.slow
+def test_variant_assets_read_their_settings_from_stage0_and_refuse_a_mismatch(tiny_asset, tmp_path):
+    """A variant asset takes the stage-0 asset's settings (the tiny ones here, not the smoke scale's),
+    and loading refuses variants built at another asset seed; an unknown variant is refused."""
+    stage0_dir, variant_dirs = paper.asset_dirs(tiny_asset)
+    meta = json.loads((variant_dirs["mrl"] / "metadata.json").read_text())
+    assert sorted(meta["models"]) == ["mrl_0", "mrl_1"]                 # num_seeds = 2, the tiny settings
+    again = tmp_path / "mrl"
+    paper.build_variant("mrl", again, "smoke", 0, stage0_dir=stage0_dir)
+    for k in (0, 1):                                                      # deterministic: the same weights
+        a = torch.load(again / f"mrl_{k}.pt", weights_only=True)
+        b = torch.load(variant_dirs["mrl"] / f"mrl_{k}.pt", weights_only=True)
+        assert all(torch.equal(a[n], b[n]) for n in a)
+    with pytest.raises(ValueError, match="seed"):
+        paper.build_variant("mrl", tmp_path / "other", "smoke", 1, stage0_dir=stage0_dir)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        paper.build_variant("nope", tmp_path / "nope", "smoke", 0, stage0_dir=stage0_dir)
+    moved = dict(variant_dirs)
+    bad = tmp_path / "wrong_seed"
+    bad.mkdir()
+    for f in variant_dirs["plain"].iterdir():
+        bad.joinpath(f.name).write_bytes(f.read_bytes())
+    record = json.loads((bad / "metadata.json").read_text())
+    (bad / "metadata.json").write_text(json.dumps({**record, "seed": 7}))
+    moved["plain"] = bad
+    with pytest.raises(ValueError, match="built at seed 7"):
+        paper.load_assets(stage0_dir, moved)

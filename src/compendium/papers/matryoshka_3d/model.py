@@ -37,8 +37,9 @@ from compendium.training import TrainSpec, fit, seeded_init, torch_threads
 
 from . import data as D
 
-ASSET_NAME = "matryoshka_3d_encoders"
+STAGE0_ASSET = "matryoshka_3d_stage0"
 VARIANTS = ("plain", "mrl", "mll", "mel", "fixed_rank", "ml3d")
+VARIANT_ASSETS = {v: f"matryoshka_3d_{v}" for v in VARIANTS}   # one workflow asset per stage-1 variant
 LABELS = {"plain": "plain", "mrl": "MRL", "mll": "MLL", "mel": "MEL", "fixed_rank": "fixed-rank",
           "ml3d": "3D-ML"}
 TEMPERATURE = 0.05
@@ -410,9 +411,11 @@ def train_seed_of(seed: int, k: int) -> int:
     return int(seed) * 100 + int(k)
 
 
-def build_asset(out_dir: Path, scale: str, seed: int, settings: AssetSettings | None = None) -> None:
-    """Stage 0 once, then every variant at ``num_seeds`` training seeds: ``stage0.pt``,
-    ``<variant>_<k>.pt`` and ``metadata.json`` (settings, logs, stage-0 dev R@1)."""
+def build_stage0(out_dir: Path, scale: str, seed: int, settings: AssetSettings | None = None) -> dict:
+    """The stage-0 asset: ``stage0.pt`` and ``metadata.json`` (settings, training log, dev R@1).
+
+    Every variant asset starts from it and reads its settings from this metadata, so the two stages
+    cannot disagree about the task or the encoder."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     settings = settings or settings_for(scale)
@@ -422,17 +425,58 @@ def build_asset(out_dir: Path, scale: str, seed: int, settings: AssetSettings | 
         dev = D.make_retrieval_set(task, settings.dev_queries, _rng(seed, 5))
         stage0, log0 = train_stage0(settings, task, pool, dev, seed)
         torch.save(stage0.state_dict(), out_dir / "stage0.pt")
-        meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(settings),
-                "stage0": {"log": log0.to_dict(), "dev_recall": dev_recall(stage0, dev)}, "models": {}}
-        print(f"stage 0: {log0.steps} steps, dev R@1 {meta['stage0']['dev_recall']:.3f}")
-        for k in range(settings.num_seeds):
-            for name in VARIANTS:
-                model, log = train_variant(stage0, name, settings, pool, train_seed_of(seed, k))
-                torch.save(model.state_dict(), out_dir / f"{name}_{k}.pt")
-                meta["models"][f"{name}_{k}"] = {"variant": name, "train_seed": train_seed_of(seed, k), "log": log,
-                                                 "embedding_parameters": model.embedding_parameters()}
-                print(f"{name} seed {k}: loss {log['final_loss']:.3f}")
+        meta = {"name": STAGE0_ASSET, "scale": scale, "seed": int(seed), "settings": asdict(settings),
+                "stage0": {"log": log0.to_dict(), "dev_recall": dev_recall(stage0, dev)}}
+    print(f"stage 0: {log0.steps} steps, dev R@1 {meta['stage0']['dev_recall']:.3f}")
     (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return {"steps": log0.steps, "dev_recall": meta["stage0"]["dev_recall"]}
+
+
+def build_variant(name: str, out_dir: Path, scale: str, seed: int, stage0_dir: Path | None = None) -> dict:
+    """A stage-1 asset: variant ``name`` trained from the stage-0 asset (``stage0_dir``, by default
+    the built ``matryoshka_3d_stage0`` of ``scale``) at each training seed: ``<name>_<k>.pt`` and
+    ``metadata.json``. The training pool is drawn again from the asset seed, as stage 0 drew it."""
+    from compendium.assets import asset_dir
+
+    if name not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stage0_dir = Path(stage0_dir) if stage0_dir is not None else asset_dir(STAGE0_ASSET, scale)
+    stage0_meta = json.loads((stage0_dir / "metadata.json").read_text())
+    if int(stage0_meta["seed"]) != int(seed):
+        raise ValueError(f"the stage-0 asset was built at seed {stage0_meta['seed']}, this variant at {seed}")
+    settings = _settings_from(stage0_meta)
+    task = task_for(settings, seed)
+    meta = {"name": VARIANT_ASSETS[name], "scale": scale, "seed": int(seed), "variant": name, "models": {}}
+    with torch_threads(1):
+        pool = D.TrainingPool.make(task, settings.pairs_high, settings.pairs_low, _rng(seed, 4))
+        stage0 = _load_encoder(settings, stage0_dir / "stage0.pt")
+        for k in range(settings.num_seeds):
+            model, log = train_variant(stage0, name, settings, pool, train_seed_of(seed, k))
+            torch.save(model.state_dict(), out_dir / f"{name}_{k}.pt")
+            meta["models"][f"{name}_{k}"] = {"variant": name, "train_seed": train_seed_of(seed, k), "log": log,
+                                             "embedding_parameters": model.embedding_parameters()}
+            print(f"{name} seed {k}: loss {log['final_loss']:.3f}")
+    (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return {k: v["log"]["final_loss"] for k, v in meta["models"].items()}
+
+
+def _variant_builder(name: str):
+    def build(out_dir: Path, scale: str, seed: int) -> dict:
+        return build_variant(name, out_dir, scale, seed)
+    build.__name__ = build.__qualname__ = f"build_{name}"
+    build.__doc__ = f"Workflow builder of the ``{VARIANT_ASSETS[name]}`` asset (see ``build_variant``)."
+    return build
+
+
+build_plain, build_mrl, build_mll, build_mel, build_fixed_rank, build_ml3d = (_variant_builder(v) for v in VARIANTS)
+
+
+def asset_dirs(root: str | Path) -> tuple[Path, dict]:
+    """The stage-0 folder and ``{variant: folder}`` of assets built side by side under ``root``."""
+    root = Path(root)
+    return root / STAGE0_ASSET, {v: root / VARIANT_ASSETS[v] for v in VARIANTS}
 
 
 def _settings_from(meta: dict) -> AssetSettings:
@@ -443,27 +487,39 @@ def _settings_from(meta: dict) -> AssetSettings:
     return AssetSettings(**{**s, "task": D.TaskSpec(**s["task"]), "encoder": EncoderSettings(**s["encoder"])})
 
 
-def load_asset(path: str | Path) -> tuple[dict, Encoder, AssetSettings, dict]:
-    """``({variant: [model per training seed]}, stage-0 model, settings, metadata)``, all in eval mode."""
-    path = Path(path)
-    meta = json.loads((path / "metadata.json").read_text())
-    settings = _settings_from(meta)
+def _load_encoder(settings: AssetSettings, path: Path, factorized: bool = False) -> Encoder:
     spec_t = settings.task
     with seeded_init(0):                        # every weight is loaded below
-        stage0 = Encoder(settings.encoder, spec_t.vocab_size, spec_t.max_length)
-    stage0.load_state_dict(torch.load(path / "stage0.pt", map_location="cpu", weights_only=True))
+        model = Encoder(settings.encoder, spec_t.vocab_size, spec_t.max_length, factorized=factorized)
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def load_assets(stage0_dir: str | Path, variant_dirs: dict) -> tuple[dict, Encoder, AssetSettings, dict]:
+    """``({variant: [model per training seed]}, stage-0 model, settings, metadata)``, all in eval mode.
+
+    ``metadata`` holds the stage-0 asset's record and, under ``models``, every variant model's."""
+    stage0_dir = Path(stage0_dir)
+    meta = json.loads((stage0_dir / "metadata.json").read_text())
+    settings = _settings_from(meta)
+    stage0 = _load_encoder(settings, stage0_dir / "stage0.pt")
+    meta["models"] = {}
     models: dict = {name: [] for name in VARIANTS}
-    for key, info in sorted(meta["models"].items(), key=lambda kv: kv[1]["train_seed"]):
-        spec_v = variant(info["variant"], settings.encoder)
-        with seeded_init(0):
-            model = Encoder(settings.encoder, spec_t.vocab_size, spec_t.max_length, factorized=spec_v.factorized)
-        model.load_state_dict(torch.load(path / f"{key}.pt", map_location="cpu", weights_only=True))
-        models[info["variant"]].append(model.eval())
-    return models, stage0.eval(), settings, meta
+    for name in VARIANTS:
+        path = Path(variant_dirs[name])
+        vmeta = json.loads((path / "metadata.json").read_text())
+        if int(vmeta["seed"]) != int(meta["seed"]):
+            raise ValueError(f"{path}: built at seed {vmeta['seed']}, the stage-0 asset at {meta['seed']}")
+        for key, info in sorted(vmeta["models"].items(), key=lambda kv: kv[1]["train_seed"]):
+            factorized = variant(info["variant"], settings.encoder).factorized
+            models[name].append(_load_encoder(settings, path / f"{key}.pt", factorized=factorized))
+            meta["models"][key] = info
+    return models, stage0, settings, meta
 
 
-__all__ = ["ASSET_NAME", "VARIANTS", "LABELS", "TEMPERATURE", "mrl_dims", "mrl_weights", "mll_layers", "mel_ranks",
+__all__ = ["STAGE0_ASSET", "VARIANT_ASSETS", "VARIANTS", "LABELS", "TEMPERATURE", "mrl_dims", "mrl_weights", "mll_layers", "mel_ranks",
            "rank_probabilities", "sample_rank", "FactorizedEmbedding", "EncoderSettings", "qwen3_config", "Encoder",
            "Variant", "variant", "pad_batch", "contrastive_terms", "variant_loss", "encode", "recall_at_1",
            "dev_recall", "AssetSettings", "settings_for", "task_for", "train_stage0", "train_variant",
-           "train_seed_of", "build_asset", "load_asset"]
+           "train_seed_of", "build_stage0", "build_variant", "build_plain", "build_mrl", "build_mll",
+           "build_mel", "build_fixed_rank", "build_ml3d", "asset_dirs", "load_assets"]
