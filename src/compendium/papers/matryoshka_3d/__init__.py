@@ -51,7 +51,7 @@ Small-scale deviations
   (chosen on the dev split; ``model.settings_for``). At full scale both stages train on batches
   of 64 queries (more in-batch negatives per query), and stage 0 reaches its 0.70 target in about
   2600 steps (about 14 minutes of CPU); on batches of 16 it had stopped at 0.325 after 2500 steps
-  (the chapter's Limits give the probes). The full asset takes about 26 minutes of CPU.
+  (the chapter's Limits give the probes). The full assets take about 27 minutes of CPU in all.
 - Smoke scale: a smaller training pool and far fewer steps (see ``model.settings_for``).
 - Stage 0 is one workflow asset (``matryoshka_3d_stage0``, ``build_stage0``) and each stage-1
   variant another (``matryoshka_3d_<variant>``, ``build_<variant>``), which requires it: Snakemake
