@@ -349,23 +349,19 @@ def _check_asset_requires(path: Path, assets: dict) -> None:
                     f"{path.name}: asset {name!r}: key 'requires': unknown asset {req!r}{_suggest(req, list(assets))}; "
                     f"allowed: {', '.join(a for a in assets if a != name) or 'none'}"
                 )
-    for start in assets:
-        trail = [start]
-        stack = [(start, iter(assets[start].get("requires", [])))]
-        while stack:
-            _, children = stack[-1]
-            child = next(children, None)
-            if child is None:
-                stack.pop()
-                trail.pop()
-                continue
-            if child == start:
-                raise RegistryError(f"{path.name}: asset {start!r}: key 'requires': a cycle, "
-                                    f"{' -> '.join([*trail, child])}")
-            if child in trail:
-                continue                      # a cycle that does not pass through ``start``: found from its own start
-            trail.append(child)
-            stack.append((child, iter(assets[child].get("requires", []))))
+    done: set = set()
+
+    def visit(name: str, trail: list) -> None:         # depth first; ``trail`` is the path from the start
+        if name in trail:
+            cycle = trail[trail.index(name):] + [name]
+            raise RegistryError(f"{path.name}: asset {cycle[0]!r}: key 'requires': a cycle, {' -> '.join(cycle)}")
+        if name not in done:
+            for req in assets[name].get("requires", []):
+                visit(req, trail + [name])
+            done.add(name)
+
+    for name in assets:
+        visit(name, [])
 
 
 def load_registry(path: str | Path | None = None, *, check_files: bool = True) -> Registry:
