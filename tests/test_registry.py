@@ -88,8 +88,8 @@ def test_asset_requirements_are_accepted_and_planned(tmp_path):
     registry = load_registry(_write_registry(tmp_path, mutate))
     assert registry.assets["pi_distill_policies"]["requires"] == ["matryoshka_3d_mrl", "poster_agent_policies"]
     plan = Plan(registry=registry, scale="full", params={}, device="cpu", partial=False, profile="local")
-    assert plan.asset_upstream("pi_distill_policies") == ["results/full/assets/matryoshka_3d_mrl",
-                                                          "results/full/assets/poster_agent_policies"]
+    upstream = [path for path, _ancient in plan.asset_upstream("pi_distill_policies")]
+    assert upstream == ["results/full/assets/matryoshka_3d_mrl", "results/full/assets/poster_agent_policies"]
     assert plan.asset_upstream("cofact_gvr_policies") == []
 
 
