@@ -505,3 +505,26 @@ def test_a_chapter_never_starts_on_a_corrupted_asset(tmp_path, monkeypatch):
         execute_chapter(slug="demo", scale="smoke", notebook=notebook, parameters={"seed": 0},
                         output_notebook=out / "demo.ipynb", claims=out / "claims.json", params_file=out / "params.yaml",
                         figures=out / "figures", timeout_s=60, assets=["demo_weights"])
+
+
+def test_readers_of_an_asset_that_came_back_different_are_found(tmp_path, monkeypatch):
+    """A repaired asset is expected to come back bit for bit; when it does not, `compendium build`
+    runs once more for the chapters that read the old bytes (readers_of_changed_assets)."""
+    from types import SimpleNamespace
+
+    from compendium import paths
+
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    monkeypatch.setenv("COMPENDIUM_RESULTS", str(tmp_path / "results"))
+    res = tmp_path / "results" / "smoke"
+    for name, content in (("weights", "new"), ("other", "same")):
+        (res / "assets" / name).mkdir(parents=True)
+        provenance.write_provenance(res / "assets" / name, {"inputs": {}, "content": content})
+    entries = []
+    for slug, seen in (("reads_weights", {"asset:weights": "old"}), ("reads_other", {"asset:other": "same"}),
+                       ("reads_none", {})):
+        (res / slug).mkdir()
+        provenance.write_provenance(res / slug, {"inputs": seen})
+        entries.append(SimpleNamespace(slug=slug, assets=[k[6:] for k in seen]))
+    registry = SimpleNamespace(ready=entries)
+    assert provenance.readers_of_changed_assets(registry, "smoke") == ["reads_weights"]

@@ -92,8 +92,10 @@ def _verified_claims(folder: Path, slug: str, hashes) -> tuple[list | None, str 
     return None, problem
 
 
-def chapter_states(registry: Registry, scale: str, parameters: dict | None = None) -> list[ChapterState]:
-    """Each chapter's state; ``parameters`` (slug -> effective values) decides staleness.
+def chapter_states(registry: Registry, scale: str, parameters: dict | None = None,
+                   mark_stale: bool = True) -> list[ChapterState]:
+    """Each chapter's state; ``parameters`` (slug -> effective values) decides staleness (not
+    computed with ``mark_stale=False``: the claims table has no column for it).
 
     Every result shown is verified first (the sha256 its provenance recorded for each output): one
     that is not what was written is never shown or counted; the chapter reads as failed ("invalid
@@ -127,7 +129,8 @@ def chapter_states(registry: Registry, scale: str, parameters: dict | None = Non
         else:
             states.append(ChapterState(entry, "not_run"))
     hashes.save()
-    _mark_stale(states, registry, scale, parameters)
+    if mark_stale:
+        _mark_stale(states, registry, scale, parameters)
     return states
 
 
@@ -235,7 +238,7 @@ def claims_frame(registry: Registry, scale: str):
     import pandas as pd
 
     rows = []
-    for st in chapter_states(registry, scale):
+    for st in chapter_states(registry, scale, mark_stale=False):
         base = {"part": st.entry.part, "chapter": st.entry.slug, "title": st.entry.title, "chapter_state": st.state}
         if not st.claims:
             verdict = {"failed": "failed_to_run", "failed_last_good": "failed_to_run", "planned": "planned",

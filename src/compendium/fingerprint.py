@@ -53,8 +53,10 @@ PURE_DECORATORS = frozenset({
     "classmethod", "property", "overload", "typing.overload", "triton.jit",
 })
 DYNAMIC_CALLS = frozenset({"globals", "vars", "eval", "exec"})
-MODULE_LEVEL = "<module>"
 PACKAGE = "compendium"
+#: Cache sizes past which entries are dropped (files gone; analyses of old versions).
+MAX_HASH_ENTRIES = 20000
+MAX_CODE_ENTRIES = 3000
 
 
 # ---------------------------------------------------------------------------- persistent caches
@@ -125,6 +127,8 @@ class HashCache:
 
     def save(self) -> None:
         if self.dirty:
+            if len(self.entries) > MAX_HASH_ENTRIES:  # forget files that are gone
+                self.entries = {k: v for k, v in self.entries.items() if os.path.exists(k)}
             _save_json(self.path, self.entries)
             self.dirty = False
 
@@ -366,12 +370,15 @@ class CodeIndex:
         self.entries = stored.get("entries", {}) if stored.get("version") == ANALYSIS_VERSION else {}
         self.dirty = False
         self._modules: dict[str, dict | None] = {}
+        self._used: set[str] = set()
         self._tree: str | None = None
         self._resolved: dict[str, dict] = {}
         self._resolved_dirty = False
 
     def save(self) -> None:
         if self.dirty:
+            if len(self.entries) > MAX_CODE_ENTRIES:  # keep what this process used: the rest is old versions
+                self.entries = {k: v for k, v in self.entries.items() if k in self._used}
             _save_json(self.path, {"version": ANALYSIS_VERSION, "entries": self.entries})
             self.dirty = False
         if self._resolved_dirty:
@@ -403,6 +410,7 @@ class CodeIndex:
     def _cached(self, kind: str, path: Path, compute) -> tuple[str, dict]:
         digest = self.hashes.sha256(path)
         key = f"{kind}:{digest}:{_rel(path)}"
+        self._used.add(key)
         hit = self.entries.get(key)
         if hit is None:
             hit = compute(path.read_text(encoding="utf-8"))

@@ -40,7 +40,13 @@ def results_dir(scale: str) -> str:
 
 
 def stamp_path(scale: str, job: str) -> str:
-    """The stamp of a job: ``chapter-<slug>``, ``asset-<name>`` or ``variant-<slug>--<variant>``."""
+    """The stamp of a job: ``chapter-<slug>``, ``asset-<name>`` or ``variant-<slug>--<variant>``.
+
+    A variant's stamp is written while Snakemake builds its DAG (which variants run is known only
+    then), after Snakemake has listed ``.stamps/`` once and cached what it saw: so each variant's
+    stamp sits in a folder of its own, which that listing never covered."""
+    if job.startswith("variant-"):
+        return f"{results_dir(scale)}/.stamps/variants/{job}/stamp.fp"
     return f"{results_dir(scale)}/.stamps/{job}.fp"
 
 
@@ -169,6 +175,7 @@ class Plan:
     partial: bool
     profile: str
     states: dict = field(default_factory=dict, compare=False, repr=False)  # job -> provenance Status
+    paths_s: dict = field(default_factory=dict, compare=False, repr=False)  # job -> longest path, seconds
 
     @classmethod
     def from_config(cls, config: dict, keep: bool = True) -> "Plan":
@@ -286,14 +293,35 @@ class Plan:
         """The folders of the assets ``name`` requires (built first; a rebuilt one rebuilds it)."""
         return self.asset_inputs(self.registry.assets[name].get("requires", []))
 
-    def priority(self, job: str) -> int:
-        """Longest first: the wall seconds of the job's last recorded run, else the registry's
-        ``estimate_s`` for the scale (assets), else 0."""
-        name = job.split("-", 1)[1]
+    def _seconds(self, job: str) -> float:
+        """The wall seconds of a job's last recorded run, else the registry's ``estimate_s`` (assets)."""
         seconds = last_run_seconds(paths.ROOT / results_dir(self.scale) / "benchmarks" / f"{job.removeprefix('chapter-')}.tsv")
         if seconds is None and job.startswith("asset-"):
-            seconds = (self.registry.assets[name].get("estimate_s") or {}).get(self.scale)
-        return int(seconds or 0)
+            seconds = (self.registry.assets[job.split("-", 1)[1]].get("estimate_s") or {}).get(self.scale)
+        return float(seconds or 0)
+
+    def priority(self, job: str) -> int:
+        """Longest path first: a job's own seconds plus the longest chain of jobs waiting for it (the
+        assets built from an asset, the chapters that read it), so that a long asset and what it
+        feeds start before short independent work."""
+        if not self.paths_s:
+            readers: dict[str, list[str]] = {}
+            for entry in self.registry.ready:
+                for name in entry.assets:
+                    readers.setdefault(f"asset-{name}", []).append(f"chapter-{entry.slug}")
+            for name, spec in self.registry.assets.items():
+                for req in spec.get("requires", []):
+                    readers.setdefault(f"asset-{req}", []).append(f"asset-{name}")
+            longest: dict[str, float] = {}
+
+            def path(j: str) -> float:
+                if j not in longest:
+                    longest[j] = self._seconds(j) + max((path(r) for r in readers.get(j, [])), default=0.0)
+                return longest[j]
+
+            self.paths_s.update({j: path(j) for j in [f"asset-{a}" for a in self.registry.assets]
+                                 + [f"chapter-{c.slug}" for c in self.registry.ready]})
+        return int(self.paths_s.get(job, 0))
 
     def params_json(self, slug: str) -> str:
         """Resolved parameters as canonical JSON: Snakemake reruns a chapter when they change."""

@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 from compendium.book import claims_frame
-from compendium.registry import load_registry
+from compendium.workflow import Plan
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 out = Path(sm.output[0])
 tmp = out.with_name(f".{out.name}.tmp")
 try:
-    claims_frame(load_registry(sm.input.registry), sm.wildcards.scale).to_csv(tmp, index=False)
+    registry = Plan.from_config(sm.config).registry  # the Snakefile's plan, read from its cache
+    claims_frame(registry, sm.wildcards.scale).to_csv(tmp, index=False)
     os.replace(tmp, out)
 except (OSError, ValueError, KeyError) as err:
     tmp.unlink(missing_ok=True)
