@@ -114,3 +114,57 @@ def test_a_glue_after_a_drawing_folds_with_it():
     assert not any(s.strip().startswith("ch.glue") for s in shown), shown
     folded = [c["source"] for c in nb["cells"] if "hide-input" in c["metadata"].get("tags", [])]
     assert any("ch.glue('crossover'" in s and "ax.plot" in s for s in folded), folded
+
+
+def test_bookkeeping_results_do_not_reach_the_page(tmp_path):
+    """A figure's path, a matplotlib or ledger repr, the build folder: dropped; tables, numbers,
+    glued values and printed text: kept. Checked through ``chapter_view``, as staging runs it."""
+    from compendium import paths
+
+    def result(text, kind="execute_result", **extra):
+        data = {"text/plain": text, **extra}
+        if kind == "execute_result":
+            return nbformat.v4.new_output(kind, data, execution_count=1)
+        return nbformat.v4.new_output(kind, data)
+
+    built = str(paths.results_root() / "smoke" / "demo" / "figures" / "f.png")
+    dropped = [
+        result(f"PosixPath('{built}')"),                                  # ch.figure(...) as the last line
+        result("<Figure size 640x480 with 0 Axes>", "display_data"),
+        result("[<matplotlib.lines.Line2D at 0x7f1c2a3b4c50>]"),
+        result("<Axes: title={'center': 'x'}>"),
+        result("Claim(id='a', statement='b', kind='exact', verdict='pass')"),  # ledger.check(...) last
+        result("<compendium.demo.Thing object at 0x7f00>"),
+        result(repr(built)),                                               # str(path): the builder's layout
+    ]
+    kept = [
+        result("   a\n0  1", **{"text/html": "<table></table>"}),             # a DataFrame
+        result("kappa    0.25\ngamma    1.00\ndtype: float64"),                 # a Series, plain text
+        result("<Figure size 640x480 with 1 Axes>", "display_data", **{"image/png": "iVBORw0KGgo="}),
+        nbformat.v4.new_output("display_data", {"application/papermill.record/text/plain": "PosixPath('x')"},
+                               metadata={"scrapbook": {"name": "demo-p", "mime_prefix": "application/papermill.record/"}}),
+        nbformat.v4.new_output("stream", name="stdout", text="42 rows\n"),
+    ]
+    entry = REGISTRY.ready[0]
+    cells = [_code(f"x{i}", outputs=[out]) for i, out in enumerate(dropped + kept)]
+    path = _executed(tmp_path, entry, cells, entry.resolve("smoke"))
+    nb = json.loads(bookview.chapter_view(path, entry, "smoke"))
+    code = [("".join(c["source"]), c["outputs"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    shown = {s: outs for s, outs in code if s.startswith("x")}
+    assert [s for s, outs in shown.items() if outs] == [f"x{i}" for i in range(len(dropped), len(dropped) + len(kept))]
+    assert [s for s, outs in shown.items() if not outs] == [f"x{i}" for i in range(len(dropped))]
+
+
+def test_saving_a_figure_returns_nothing_to_show(tmp_path):
+    """``ch.figure(...)`` as a cell's last line leaves no value for the page to show."""
+    from matplotlib.figure import Figure
+
+    from compendium.chapter import Chapter
+    from compendium.claims import Ledger
+
+    slug = REGISTRY.ready[0].slug
+    ch = Chapter(slug=slug, scale="smoke", seed=0, device="cpu", output_dir=tmp_path, ledger=Ledger(slug))
+    fig = Figure()
+    fig.add_subplot().plot([0, 1])
+    assert ch.figure(fig, "line") is None
+    assert (tmp_path / "figures" / "line.png").is_file() and ch.figures == ["line"]

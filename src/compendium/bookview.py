@@ -11,6 +11,9 @@ renders:
 - **Glue-only cells removed.** A code cell whose every statement is a ``glue(...)`` call is tagged
   ``remove-cell`` (MyST-NB still reads its glued values); a cell that ends in one does not show
   the glued value as its output.
+- **No bookkeeping on the page.** A result shown only as the plain repr of bookkeeping (a saved
+  figure's path, a matplotlib object, a ledger row) or naming the folder the book was built in is
+  dropped (:func:`drop_bookkeeping_outputs`).
 - **Plotting code folded.** A cell that draws (matplotlib, seaborn, ``ch.figure``) gets the
   ``hide-input`` tag, so the page shows a "show code" toggle. The cell is split at statement
   boundaries: what comes before its first drawing statement stays visible, and so does every later
@@ -283,6 +286,31 @@ def fold_code_cells(nb: dict) -> None:
     nb["cells"] = cells
 
 
+# ---------------------------------------------------------------------------- bookkeeping outputs
+def drop_bookkeeping_outputs(nb: dict) -> None:
+    """Drop each result that only shows bookkeeping: its sole form is plain text (no table, image
+    or markup) and that text is the repr of a path, a matplotlib object, a ledger row or an object
+    at an address, or names the folder the book was built in. Glued values are kept (the prose
+    reads them); printed text is the chapter's own and is kept.
+    """
+    import re
+
+    bookkeeping = re.compile(r"\s*\[?\s*(?:\w*Path\(|<Figure size |<Axes|<matplotlib\.|Claim\(id=|<[\w.]+ object at 0x)")
+    build_dirs = {str(paths.ROOT), str(paths.results_root())}
+    for cell in nb["cells"]:
+        kept = []
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            text = "".join(data.get("text/plain", ""))
+            if (out.get("output_type") in ("execute_result", "display_data") and set(data) == {"text/plain"}
+                    and "scrapbook" not in out.get("metadata", {})
+                    and (bookkeeping.match(text) or any(d in text for d in build_dirs))):
+                continue
+            kept.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+
+
 # ---------------------------------------------------------------------------- source box
 def source_files(entry: ChapterEntry) -> list[tuple[str, str]]:
     """``(what, repository-relative path)``: the notebook, the paper's package or module, its tests.
@@ -342,5 +370,6 @@ def chapter_view(executed: Path, entry: ChapterEntry, scale: str) -> bytes:
     nb = json.loads(Path(executed).read_text(encoding="utf-8"))
     show_parameters_once(nb, entry, scale, Path(executed).parent / "params.yaml")
     fold_code_cells(nb)
+    drop_bookkeeping_outputs(nb)
     add_source_box(nb, entry, scale)
     return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
