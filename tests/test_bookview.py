@@ -116,9 +116,12 @@ def test_a_glue_after_a_drawing_folds_with_it():
     assert any("ch.glue('crossover'" in s and "ax.plot" in s for s in folded), folded
 
 
-def test_bookkeeping_results_do_not_reach_the_page(tmp_path):
+def test_build_details_do_not_reach_the_page(tmp_path):
     """A figure's path, a matplotlib or ledger repr, the build folder: dropped; tables, numbers,
-    glued values and printed text: kept. Checked through ``chapter_view``, as staging runs it."""
+    glued values and printed text: kept, the build's folders cut from printed paths. Checked
+    through ``chapter_view``, as staging runs it."""
+    import sysconfig
+
     from compendium import paths
 
     def result(text, kind="execute_result", **extra):
@@ -144,6 +147,8 @@ def test_bookkeeping_results_do_not_reach_the_page(tmp_path):
         nbformat.v4.new_output("display_data", {"application/papermill.record/text/plain": "PosixPath('x')"},
                                metadata={"scrapbook": {"name": "demo-p", "mime_prefix": "application/papermill.record/"}}),
         nbformat.v4.new_output("stream", name="stdout", text="42 rows\n"),
+        nbformat.v4.new_output("stream", name="stderr", text=f"{sysconfig.get_paths()['purelib']}/tqdm/auto.py:21: "
+                               f"TqdmWarning: IProgress not found\nsaved {paths.ROOT}/results/smoke/demo/f.png\n"),
     ]
     entry = REGISTRY.ready[0]
     cells = [_code(f"x{i}", outputs=[out]) for i, out in enumerate(dropped + kept)]
@@ -153,6 +158,8 @@ def test_bookkeeping_results_do_not_reach_the_page(tmp_path):
     shown = {s: outs for s, outs in code if s.startswith("x")}
     assert [s for s, outs in shown.items() if outs] == [f"x{i}" for i in range(len(dropped), len(dropped) + len(kept))]
     assert [s for s, outs in shown.items() if not outs] == [f"x{i}" for i in range(len(dropped))]
+    warning = "".join(shown[f"x{len(dropped) + len(kept) - 1}"][0]["text"])
+    assert warning == "tqdm/auto.py:21: TqdmWarning: IProgress not found\nsaved results/smoke/demo/f.png\n"
 
 
 def test_saving_a_figure_returns_nothing_to_show(tmp_path):
