@@ -149,6 +149,8 @@ def test_build_details_do_not_reach_the_page(tmp_path):
         nbformat.v4.new_output("stream", name="stdout", text="42 rows\n"),
         nbformat.v4.new_output("stream", name="stderr", text=f"{sysconfig.get_paths()['purelib']}/tqdm/auto.py:21: "
                                f"TqdmWarning: IProgress not found\nsaved {paths.ROOT}/results/smoke/demo/f.png\n"),
+        nbformat.v4.new_output("error", ename="ValueError", evalue="x",
+                               traceback=[f"File {paths.ROOT}/src/compendium/demo.py:3", "ValueError: x"]),
     ]
     entry = REGISTRY.ready[0]
     cells = [_code(f"x{i}", outputs=[out]) for i, out in enumerate(dropped + kept)]
@@ -158,7 +160,8 @@ def test_build_details_do_not_reach_the_page(tmp_path):
     shown = {s: outs for s, outs in code if s.startswith("x")}
     assert [s for s, outs in shown.items() if outs] == [f"x{i}" for i in range(len(dropped), len(dropped) + len(kept))]
     assert [s for s, outs in shown.items() if not outs] == [f"x{i}" for i in range(len(dropped))]
-    warning = "".join(shown[f"x{len(dropped) + len(kept) - 1}"][0]["text"])
+    warning = "".join(shown[f"x{len(dropped) + len(kept) - 2}"][0]["text"])
+    assert shown[f"x{len(dropped) + len(kept) - 1}"][0]["traceback"] == ["File src/compendium/demo.py:3", "ValueError: x"]
     assert warning == "tqdm/auto.py:21: TqdmWarning: IProgress not found\nsaved results/smoke/demo/f.png\n"
 
 

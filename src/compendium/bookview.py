@@ -292,7 +292,7 @@ def strip_build_details(nb: dict) -> None:
 
     A result whose only form is plain text (no table, image or markup) and that is the repr of
     bookkeeping (a path, a matplotlib object, a ledger row, an object at an address) or names a
-    folder of the build is dropped. In printed text (a library's warning on stderr, say) the
+    folder of the build is dropped. In printed text (a library's warning on stderr, a traceback) the
     folders of the build, the Python environment's packages and the project, are cut from the
     paths, which read ``tqdm/auto.py:21`` or ``results/smoke/...``. Glued values are left as they
     are (the prose reads them).
@@ -325,6 +325,8 @@ def strip_build_details(nb: dict) -> None:
                     continue
             if out.get("output_type") == "stream":
                 out["text"] = relative("".join(out.get("text", "")))
+            elif out.get("output_type") == "error":
+                out["traceback"] = [relative(line) for line in out.get("traceback", [])]
             kept.append(out)
         if "outputs" in cell:
             cell["outputs"] = kept
