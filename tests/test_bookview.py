@@ -164,17 +164,3 @@ def test_build_details_do_not_reach_the_page(tmp_path):
     assert shown[f"x{len(dropped) + len(kept) - 1}"][0]["traceback"] == ["File src/compendium/demo.py:3", "ValueError: x"]
     assert warning == "tqdm/auto.py:21: TqdmWarning: IProgress not found\nsaved results/smoke/demo/f.png\n"
 
-
-def test_saving_a_figure_returns_nothing_to_show(tmp_path):
-    """``ch.figure(...)`` as a cell's last line leaves no value for the page to show."""
-    from matplotlib.figure import Figure
-
-    from compendium.chapter import Chapter
-    from compendium.claims import Ledger
-
-    slug = REGISTRY.ready[0].slug
-    ch = Chapter(slug=slug, scale="smoke", seed=0, device="cpu", output_dir=tmp_path, ledger=Ledger(slug))
-    fig = Figure()
-    fig.add_subplot().plot([0, 1])
-    assert ch.figure(fig, "line") is None
-    assert (tmp_path / "figures" / "line.png").is_file() and ch.figures == ["line"]

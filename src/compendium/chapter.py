@@ -50,23 +50,22 @@ class Chapter:
     def figures_dir(self) -> Path:
         return self.output_dir / "figures"
 
-    def figure(self, fig, name: str) -> None:
+    def figure(self, fig, name: str) -> Path:
         """Save ``fig`` as ``figures/<name>.png`` and glue it under ``<slug>-<name>``.
 
-        The notebook shows it with a ``{glue:figure}`` directive that carries the caption. Nothing
-        is returned, so a cell that ends with this call shows no bookkeeping (the file's path)
-        on the page; the file is ``ch.figures_dir / f"{name}.png"``.
+        The notebook shows it with a ``{glue:figure}`` directive that carries the caption.
         """
         if not name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"figure name must be a word of letters, digits, '-' or '_', got {name!r}")
         if name in self.figures:
             raise ValueError(f"figure {name!r} was already saved in this chapter")
-        save_figure(fig, self.figures_dir / f"{name}.png")
+        path = save_figure(fig, self.figures_dir / f"{name}.png")
         self.figures.append(name)
         _glue(f"{self.slug}-{name}", fig, display=False)
         import matplotlib.pyplot as plt
 
         plt.close(fig)
+        return path
 
     def glue(self, name: str, value: Any, fmt: str | None = None) -> Any:
         """Glue a number for the prose: ``{glue:text}`<slug>-<name>``` in the Markdown."""
