@@ -11,6 +11,7 @@ import http.server
 import json
 import re
 import shutil
+import sys
 import tempfile
 import threading
 from html.parser import HTMLParser
@@ -132,6 +133,37 @@ def check_images(driver) -> list[str]:
         "return Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);"
     )
     return [f"image does not load: {src}" for src in broken]
+
+
+LEAK_MARKERS = ("PosixPath(", "WindowsPath(", "<Figure size")  # reprs of a chapter's bookkeeping
+
+
+def build_dirs(project: Path, repo: Path) -> list[str]:
+    """Folders of the machine that built the book: the project it was built in, the checkout and
+    the virtual environment (not a system prefix such as /usr, which names no one's layout)."""
+    venv = [sys.prefix, str(Path(sys.prefix).resolve())] if sys.prefix != sys.base_prefix else []
+    return [str(project), str(repo), *venv]
+
+
+def build_leaks(text: str, dirs, squash: bool = False) -> list[str]:
+    """What in ``text`` belongs to the build rather than the book: a path or figure repr, or one of
+    ``dirs``. ``squash`` ignores whitespace (a PDF's text layer breaks long paths across lines)."""
+    def norm(t: str) -> str:
+        return re.sub(r"\s+", "", t) if squash else t
+
+    flat = norm(text)
+    return [n for n in (*LEAK_MARKERS, *sorted({d for d in dirs if d})) if norm(n) in flat]
+
+
+def check_no_build_leaks(driver, dirs) -> list[str]:
+    """The page's text (folded code and outputs included, scripts and styles not) shows no build
+    path and no bookkeeping repr."""
+    text = driver.execute_script(
+        "const body = document.body.cloneNode(true);"
+        "body.querySelectorAll('script, style, noscript').forEach(n => n.remove());"
+        "return body.textContent;"
+    )
+    return [f"the page shows {leak!r}" for leak in build_leaks(text, dirs)]
 
 
 def check_figures_described(driver) -> list[str]:

@@ -114,3 +114,53 @@ def test_a_glue_after_a_drawing_folds_with_it():
     assert not any(s.strip().startswith("ch.glue") for s in shown), shown
     folded = [c["source"] for c in nb["cells"] if "hide-input" in c["metadata"].get("tags", [])]
     assert any("ch.glue('crossover'" in s and "ax.plot" in s for s in folded), folded
+
+
+def test_build_details_do_not_reach_the_page(tmp_path):
+    """A figure's path, a matplotlib or ledger repr, the build folder: dropped; tables, numbers,
+    glued values and printed text: kept, the build's folders cut from printed paths. Checked
+    through ``chapter_view``, as staging runs it."""
+    import sysconfig
+
+    from compendium import paths
+
+    def result(text, kind="execute_result", **extra):
+        data = {"text/plain": text, **extra}
+        if kind == "execute_result":
+            return nbformat.v4.new_output(kind, data, execution_count=1)
+        return nbformat.v4.new_output(kind, data)
+
+    built = str(paths.results_root() / "smoke" / "demo" / "figures" / "f.png")
+    dropped = [
+        result(f"PosixPath('{built}')"),                                  # ch.figure(...) as the last line
+        result("<Figure size 640x480 with 0 Axes>", "display_data"),
+        result("[<matplotlib.lines.Line2D at 0x7f1c2a3b4c50>]"),
+        result("<Axes: title={'center': 'x'}>"),
+        result("Claim(id='a', statement='b', kind='exact', verdict='pass')"),  # ledger.check(...) last
+        result("<compendium.demo.Thing object at 0x7f00>"),
+        result(repr(built)),                                               # str(path): the builder's layout
+    ]
+    kept = [
+        result("   a\n0  1", **{"text/html": "<table></table>"}),             # a DataFrame
+        result("kappa    0.25\ngamma    1.00\ndtype: float64"),                 # a Series, plain text
+        result("<Figure size 640x480 with 1 Axes>", "display_data", **{"image/png": "iVBORw0KGgo="}),
+        nbformat.v4.new_output("display_data", {"application/papermill.record/text/plain": "PosixPath('x')"},
+                               metadata={"scrapbook": {"name": "demo-p", "mime_prefix": "application/papermill.record/"}}),
+        nbformat.v4.new_output("stream", name="stdout", text="42 rows\n"),
+        nbformat.v4.new_output("stream", name="stderr", text=f"{sysconfig.get_paths()['purelib']}/tqdm/auto.py:21: "
+                               f"TqdmWarning: IProgress not found\nsaved {paths.ROOT}/results/smoke/demo/f.png\n"),
+        nbformat.v4.new_output("error", ename="ValueError", evalue="x",
+                               traceback=[f"File {paths.ROOT}/src/compendium/demo.py:3", "ValueError: x"]),
+    ]
+    entry = REGISTRY.ready[0]
+    cells = [_code(f"x{i}", outputs=[out]) for i, out in enumerate(dropped + kept)]
+    path = _executed(tmp_path, entry, cells, entry.resolve("smoke"))
+    nb = json.loads(bookview.chapter_view(path, entry, "smoke"))
+    code = [("".join(c["source"]), c["outputs"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    shown = {s: outs for s, outs in code if s.startswith("x")}
+    assert [s for s, outs in shown.items() if outs] == [f"x{i}" for i in range(len(dropped), len(dropped) + len(kept))]
+    assert [s for s, outs in shown.items() if not outs] == [f"x{i}" for i in range(len(dropped))]
+    warning = "".join(shown[f"x{len(dropped) + len(kept) - 2}"][0]["text"])
+    assert shown[f"x{len(dropped) + len(kept) - 1}"][0]["traceback"] == ["File src/compendium/demo.py:3", "ValueError: x"]
+    assert warning == "tqdm/auto.py:21: TqdmWarning: IProgress not found\nsaved results/smoke/demo/f.png\n"
+

@@ -2,7 +2,8 @@
 
 Checks the introduction, dashboard, runtime page and every chapter: no console errors, no
 request leaving loopback, math typeset by the MathJax the book serves itself, every image
-loads, figures described, headings in order, the claims table with one badge per claim, the
+loads, figures described, headings in order, no build path or bookkeeping repr (``PosixPath(``,
+``<Figure size``, a folder of the building machine), the claims table with one badge per claim, the
 executed-notebook download, exercise solutions hidden until clicked; and what
 ``compendium.bookview`` shapes: the parameters shown once, no glue-only cell, plotting code folded
 behind a "show code" toggle, figures numbered from 1 in each chapter, the source-files box; plus an internal link and
@@ -61,6 +62,7 @@ def test_page_as_a_reader_sees_it(html_root, server, browser, page):
         + bc.check_images(browser)
         + bc.check_figures_described(browser)
         + bc.check_heading_order(browser)
+        + bc.check_no_build_leaks(browser, bc.build_dirs(html_root.parents[4], REPO))
     )
     if page.startswith("chapters/"):
         slug = page.split("/")[1].removesuffix(".html")
@@ -169,3 +171,22 @@ def test_an_unfolded_plotting_cell_and_a_second_parameters_cell_are_caught(broke
         bc.load(browser, srv.base + str(page.relative_to(broken_copy)))
         assert bc.check_plot_code_folded(browser, expect_fold=True)
         assert bc.check_parameters_once(browser)
+
+
+def test_a_build_path_on_a_page_is_caught(browser, tmp_path):
+    """A page showing a saved figure's path, a figure repr or the build folder fails the check;
+    the same page without them passes (a hand-written page: no book build needed)."""
+    body = ("<main><h1>Chapter</h1><div class='output'><pre>PosixPath('{root}/results/smoke/x/figures/f.png')"
+            "</pre><pre>&lt;Figure size 640x480 with 0 Axes&gt;</pre></div>"
+            "<details><pre>open('{root}/data.csv')</pre></details><script>var p = '{root}';</script></main>")
+    (tmp_path / "leak.html").write_text(f"<html><body>{body.format(root=tmp_path)}</body></html>")
+    (tmp_path / "clean.html").write_text("<html><body><main><h1>Chapter</h1><pre>results/smoke/x/</pre>"
+                                         f"<script>var p = '{tmp_path}';</script></main></body></html>")
+    with bc.BookServer(tmp_path) as srv:
+        bc.load(browser, srv.base + "leak.html")
+        problems = bc.check_no_build_leaks(browser, [str(tmp_path)])
+        bc.load(browser, srv.base + "clean.html")
+        assert bc.check_no_build_leaks(browser, [str(tmp_path)]) == []
+    assert problems == ["the page shows 'PosixPath('", "the page shows '<Figure size'", f"the page shows {str(tmp_path)!r}"]
+    # a PDF's text layer breaks a long path across lines: squashed, it is still caught
+    assert bc.build_leaks("saved to /tmp/pro\nject/f.png", ["/tmp/project"], squash=True) == ["/tmp/project"]

@@ -70,13 +70,19 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))
 
 
-@pytest.mark.e2e
-def test_pdf_holds_every_chapter_the_dashboard_a_figure_and_typeset_math(pdf):
+@pytest.fixture(scope="module")
+def pdf_text(pdf):
+    """The PDF's reader and its text, read once for the tests that need them."""
     import pypdf
 
     _, path = pdf
     reader = pypdf.PdfReader(str(path))
-    text = _pdf_text(reader, path)
+    return reader, _pdf_text(reader, path)
+
+
+@pytest.mark.e2e
+def test_pdf_holds_every_chapter_the_dashboard_a_figure_and_typeset_math(pdf_text):
+    reader, text = pdf_text
     flat = _squash(text)
     missing = [c.title for c in REGISTRY.ready if _squash(c.title) not in flat]
     assert missing == [], f"chapter titles missing from the PDF: {missing}"
@@ -85,6 +91,15 @@ def test_pdf_holds_every_chapter_the_dashboard_a_figure_and_typeset_math(pdf):
     assert images >= 1, "no figure (image XObject) in the PDF"
     raw = [d for d in ("$$", "\\(", "\\[", "\\begin{") if d in text]
     assert raw == [], f"untypeset math delimiters in the PDF text: {raw}"
+
+
+@pytest.mark.e2e
+def test_pdf_shows_no_build_path_and_no_bookkeeping_repr(pdf, pdf_text):
+    """No ``PosixPath(``, ``<Figure size`` or folder of the building machine in the PDF's text."""
+    import browser_checks as bc
+
+    root, _ = pdf
+    assert bc.build_leaks(pdf_text[1], bc.build_dirs(root, REPO), squash=True) == []
 
 
 @pytest.mark.e2e

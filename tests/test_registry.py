@@ -27,6 +27,56 @@ def test_registry_lists_the_38_papers_once_each():
         assert cited and cited[0] in keys, f"{entry.slug}: the 'Paper and code' box cites {cited}, not a key of {bib.name}"
 
 
+NOT_LISTED = "authors not listed"  # what a paper whose authors could not be found is cited as
+
+
+def author_problems(bib_text: str, papers: set[str] = frozenset()) -> list[str]:
+    """Entries of a 2026 paper (``year`` 2026, or a key in ``papers``) cited with no real authors.
+
+    "Anonymous" is never right for a published paper; a chapter's own paper has a list of names or,
+    where none could be found, exactly ``{authors not listed}``, never a made-up group ("X authors").
+    """
+    from pybtex.database import parse_string
+
+    problems = []
+    for key, item in parse_string(bib_text, "bibtex").entries.items():
+        if key not in papers and item.fields.get("year", "").strip() != "2026":
+            continue
+        names = [str(p) for p in item.persons.get("author", [])]
+        if not names:
+            problems.append(f"{key}: no author field")
+        elif any("anonymous" in n.lower() for n in names):
+            problems.append(f"{key}: cited as Anonymous")
+        elif key in papers and len(names) == 1 and names[0].startswith("{") and names[0].strip("{}") != NOT_LISTED:
+            problems.append(f"{key}: placeholder author {names[0]!r}")
+    return problems
+
+
+def test_no_2026_paper_is_cited_as_anonymous():
+    papers = set()
+    for entry in load_registry().ready:
+        box = entry.notebook.read_text(encoding="utf-8").split("Paper and code", 1)[1].split(":::", 1)[0]
+        papers.add(re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", box)[0])
+    problems = []
+    for bib in sorted((REPO / "book" / "references").glob("*.bib")):
+        problems += [f"{bib.name}: {p}" for p in author_problems(bib.read_text(encoding="utf-8"), papers)]
+    assert problems == []
+
+
+@pytest.mark.parametrize("author, problem", [
+    ("Anonymous", "cited as Anonymous"), ("{{Anonymous}}", "cited as Anonymous"),
+    ("{{B-Spar authors}}", "placeholder author"), (None, "no author field"),
+    ("{{authors not listed}}", None), ("Luo, Shuqing and Chen, Tianlong", None),
+])
+def test_author_check_catches_placeholders(author, problem):
+    field = f"  author = {{{author}}},\n" if author else ""
+    entry = f"@inproceedings{{p2026,\n  title = {{T}},\n{field}  year = {{2026}}\n}}\n"
+    found = author_problems(entry, {"p2026"})
+    assert (problem in found[0]) if problem else found == [], found
+    # an older reference is not a 2026 paper unless it is a chapter's own paper
+    assert author_problems(entry.replace("2026}", "2019}")) == []
+
+
 def test_parts_cover_every_chapter_and_ready_chapters_resolve():
     registry = load_registry()
     assert {c.part for c in registry.chapters} <= {p.id for p in registry.parts}

@@ -11,6 +11,9 @@ renders:
 - **Glue-only cells removed.** A code cell whose every statement is a ``glue(...)`` call is tagged
   ``remove-cell`` (MyST-NB still reads its glued values); a cell that ends in one does not show
   the glued value as its output.
+- **No build details on the page.** A result shown only as the plain repr of bookkeeping (a saved
+  figure's path, a matplotlib object, a ledger row) or naming a folder of the build is dropped;
+  printed paths lose the build's folders (:func:`strip_build_details`).
 - **Plotting code folded.** A cell that draws (matplotlib, seaborn, ``ch.figure``) gets the
   ``hide-input`` tag, so the page shows a "show code" toggle. The cell is split at statement
   boundaries: what comes before its first drawing statement stays visible, and so does every later
@@ -283,6 +286,52 @@ def fold_code_cells(nb: dict) -> None:
     nb["cells"] = cells
 
 
+# ---------------------------------------------------------------------------- build details
+def strip_build_details(nb: dict) -> None:
+    """Keep what belongs to the build, not the book, off the page.
+
+    A result whose only form is plain text (no table, image or markup) and that is the repr of
+    bookkeeping (a path, a matplotlib object, a ledger row, an object at an address) or names a
+    folder of the build is dropped. In printed text (a library's warning on stderr, a traceback) the
+    folders of the build, the Python environment's packages and the project, are cut from the
+    paths, which read ``tqdm/auto.py:21`` or ``results/smoke/...``. Glued values are left as they
+    are (the prose reads them).
+    """
+    import os
+    import re
+    import sys
+    import sysconfig
+
+    bookkeeping = re.compile(r"\s*\[?\s*(?:\w*Path\(|<Figure size |<Axes|<matplotlib\.|Claim\(id=|<[\w.]+ object at 0x)")
+    results = paths.results_root()  # cut on its own only where it lies outside the project
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")} | {sys.prefix, str(paths.ROOT)}
+    roots |= set() if results.is_relative_to(paths.ROOT) else {str(results)}
+    roots |= {os.path.realpath(r) for r in roots}
+    cut = sorted((r.rstrip(os.sep) + os.sep for r in roots), key=len, reverse=True)  # the longest folder first
+
+    def relative(text: str) -> str:
+        for root in cut:
+            text = text.replace(root, "")
+        return text
+
+    for cell in nb["cells"]:
+        kept = []
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if (out.get("output_type") in ("execute_result", "display_data") and set(data) == {"text/plain"}
+                    and "scrapbook" not in out.get("metadata", {})):
+                text = "".join(data["text/plain"])
+                if bookkeeping.match(text) or relative(text) != text:
+                    continue
+            if out.get("output_type") == "stream":
+                out["text"] = relative("".join(out.get("text", "")))
+            elif out.get("output_type") == "error":
+                out["traceback"] = [relative(line) for line in out.get("traceback", [])]
+            kept.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+
+
 # ---------------------------------------------------------------------------- source box
 def source_files(entry: ChapterEntry) -> list[tuple[str, str]]:
     """``(what, repository-relative path)``: the notebook, the paper's package or module, its tests.
@@ -342,5 +391,6 @@ def chapter_view(executed: Path, entry: ChapterEntry, scale: str) -> bytes:
     nb = json.loads(Path(executed).read_text(encoding="utf-8"))
     show_parameters_once(nb, entry, scale, Path(executed).parent / "params.yaml")
     fold_code_cells(nb)
+    strip_build_details(nb)
     add_source_box(nb, entry, scale)
     return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")

@@ -171,10 +171,11 @@ def test_tiny_run_is_deterministic():
 '''
 
 
-BIB = """% The paper of chapter {slug}: fill in the authors and a public link where there is one.
+BIB = """% The paper of chapter {slug}: fill in the authors and a public link where there is one
+% ("authors not listed" stays only where no author list can be found; never "Anonymous").
 @inproceedings{{{slug}2026,
   title     = {{{title}}},
-  author    = {{Anonymous}},
+  author    = {{{{authors not listed}}}},
   booktitle = {{Proceedings of the International Conference on Machine Learning (ICML)}},
   year      = {{2026}},
   note      = {{Registry: seed file {seed_file}, abstract {abstract}}}
