@@ -138,9 +138,32 @@ def test_asset_requirements_are_accepted_and_planned(tmp_path):
     registry = load_registry(_write_registry(tmp_path, mutate))
     assert registry.assets["pi_distill_policies"]["requires"] == ["matryoshka_3d_mrl", "poster_agent_policies"]
     plan = Plan(registry=registry, scale="full", params={}, device="cpu", partial=False, profile="local")
-    assert plan.asset_upstream("pi_distill_policies") == ["results/full/assets/matryoshka_3d_mrl",
-                                                          "results/full/assets/poster_agent_policies"]
+    upstream = [path for path, _ancient in plan.asset_upstream("pi_distill_policies")]
+    assert upstream == ["results/full/assets/matryoshka_3d_mrl", "results/full/assets/poster_agent_policies"]
     assert plan.asset_upstream("cofact_gvr_policies") == []
+
+
+def test_the_longest_chain_of_work_starts_first(tmp_path, monkeypatch):
+    """Snakemake priorities: a job's own seconds (last recorded run, else the registry's estimate_s)
+    plus the longest chain waiting for it, so an asset that a long asset is built from starts first."""
+    from compendium.workflow import Plan
+
+    def mutate(raw):
+        raw["assets"]["matryoshka_3d_stage0"]["estimate_s"] = {"smoke": 30}
+        raw["assets"]["matryoshka_3d_mrl"]["estimate_s"] = {"smoke": 500}
+        raw["assets"]["gass_digits_unet"]["estimate_s"] = {"smoke": 200, "full": 900}
+
+    registry = load_registry(_write_registry(tmp_path, mutate))
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    plan = Plan(registry=registry, scale="smoke", params={}, device="cpu", partial=False, profile="local")
+    assert plan.priority("asset-matryoshka_3d_stage0") == 530  # waits for nothing, but mrl waits for it
+    assert plan.priority("asset-matryoshka_3d_mrl") == 500
+    assert plan.priority("asset-gass_digits_unet") == 200 and plan.priority("asset-energs_splats") == 0
+    bench = tmp_path / "results" / "smoke" / "benchmarks" / "asset-gass_digits_unet.tsv"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("s\th:m:s\n250.5\t0:04:10\n")  # a recorded run takes precedence over the estimate
+    assert Plan(registry=registry, scale="smoke", params={}, device="cpu", partial=False,
+                profile="local").priority("asset-gass_digits_unet") == 250
 
 
 def test_ensure_asset_builds_what_an_asset_requires_first(tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ An asset is declared in the registry::
 The builder is called as ``builder(out_dir: Path, scale: str, seed: int)`` and writes its files
 into ``out_dir`` (``results/<scale>/assets/<name>/``); it must be deterministic for a given scale
 and seed. Snakemake's ``asset`` rule runs it before any chapter that lists the asset; a notebook
-finds it with :func:`asset_dir`.
+finds it with :func:`asset_dir`, which refuses an asset whose files are not the ones its builder
+wrote (``provenance.json`` records their sha256, :mod:`compendium.provenance`).
 
 Beside the builder's files the runner writes ``metrics.json``: the training metrics (what the
 builder returns as a dict, else the ``metrics`` of its ``metadata.json``) and the environment
@@ -27,23 +28,30 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import paths
-from .provenance import environment_record
+from .provenance import (Fingerprinter, asset_folder, asset_problem, environment_record, hash_outputs, make_record,
+                         sha256_json, write_provenance)
 
 
 class AssetMissing(FileNotFoundError):
     pass
 
 
+class AssetInvalid(AssetMissing):
+    """The asset's files are not the ones its builder wrote (or were never recorded)."""
+
+
 def asset_dir(name: str, scale: str) -> Path:
-    """Where asset ``name`` lives for ``scale``; raise a clear error if it was not built."""
-    path = paths.ROOT / "results" / scale / "assets" / name
+    """Where asset ``name`` lives for ``scale``, after checking its files against their recorded
+    sha256; raise a clear one-line error if it was not built or is corrupted."""
+    path = asset_folder(name, scale)
+    problem = asset_problem(name, scale)
+    if problem is None:
+        return path
+    how = (f"run `compendium asset {name} --scale {scale}` or `compendium build` (`make chapter SLUG=...`), "
+           "which build it first")
     if not (path / ".complete").is_file():
-        raise AssetMissing(
-            f"asset {name!r} for scale {scale!r} is not built ({path}): run `compendium asset {name} "
-            f"--scale {scale}` or `make chapter SLUG=...`, which builds it first"
-        )
-    return path
+        raise AssetMissing(f"{problem}: {how}")
+    raise AssetInvalid(f"{problem}; it is not used: {how}")
 
 
 def load_builder(spec: str):
@@ -54,10 +62,14 @@ def load_builder(spec: str):
     return getattr(importlib.import_module(module_name), func)
 
 
-def build_asset(name: str, spec: str, out_dir: str | Path, scale: str, seed: int = 0) -> Path:
-    """Run the builder into a temporary folder and move it into place when it succeeds."""
+def build_asset(name: str, spec: str, out_dir: str | Path, scale: str, seed: int = 0, requires=()) -> Path:
+    """Run the builder into a temporary folder and move it into place when it succeeds, with
+    ``provenance.json``: its inputs (taken before the build) and the sha256 of every file it wrote."""
     out_dir = Path(out_dir)
     builder = load_builder(spec)
+    fp = Fingerprinter()
+    record = make_record(fp.asset_inputs({"builder": spec, "seed": seed, "requires": list(requires)}, scale),
+                         fp.environment())
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out_dir.parent) as tmp:
         work = Path(tmp) / name
@@ -65,8 +77,12 @@ def build_asset(name: str, spec: str, out_dir: str | Path, scale: str, seed: int
         result = builder(work, scale, seed)
         write_metrics(work, result)
         (work / ".complete").write_text(f"{name} {scale} {seed}\n")
+        record["outputs"] = hash_outputs(work, [work])
+        record["content"] = sha256_json(record["outputs"])
+        write_provenance(work, record)
         shutil.rmtree(out_dir, ignore_errors=True)
         work.rename(out_dir)
+    fp.save()
     return out_dir
 
 

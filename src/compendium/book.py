@@ -79,8 +79,31 @@ def read_failure(path: Path, slug: str, scale: str) -> dict:
     return {"chapter": slug, "scale": scale, "error": "unreadable failure record", "message": f"{path.name}: {problem}"}
 
 
-def chapter_states(registry: Registry, scale: str, parameters: dict | None = None) -> list[ChapterState]:
-    """Each chapter's state; ``parameters`` (slug -> effective values) decides staleness."""
+def _verified_claims(folder: Path, slug: str, hashes) -> tuple[list | None, str | None]:
+    """A result folder's claims when its outputs are what was written, else ``(None, why)``."""
+    from .provenance import read_record, verify_outputs
+
+    problem = verify_outputs(folder, read_record(folder), hashes)
+    if problem is None:
+        try:
+            return json.loads((folder / "claims.json").read_text(encoding="utf-8"))["claims"], None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            problem = f"{folder.name}/claims.json cannot be read ({type(err).__name__})"
+    return None, problem
+
+
+def chapter_states(registry: Registry, scale: str, parameters: dict | None = None,
+                   mark_stale: bool = True) -> list[ChapterState]:
+    """Each chapter's state; ``parameters`` (slug -> effective values) decides staleness (not
+    computed with ``mark_stale=False``: the claims table has no column for it).
+
+    Every result shown is verified first (the sha256 its provenance recorded for each output): one
+    that is not what was written is never shown or counted; the chapter reads as failed ("invalid
+    output", naming the file), with its last good result if that one verifies.
+    """
+    from .fingerprint import HashCache
+
+    hashes = HashCache()
     root = paths.results_root() / scale
     states = []
     for entry in registry.chapters:
@@ -94,25 +117,34 @@ def chapter_states(registry: Registry, scale: str, parameters: dict | None = Non
         notebook = out / f"{entry.slug}.ipynb"
         if failed.is_file():
             states.append(ChapterState(entry, "failed", failure=read_failure(failed, entry.slug, scale), benchmark=bench))
-            _attach_last_good(states[-1], out)
+            _attach_last_good(states[-1], out, hashes)
         elif claims.is_file() and notebook.is_file():
-            data = json.loads(claims.read_text(encoding="utf-8"))
-            states.append(ChapterState(entry, "finished", claims=data["claims"], benchmark=bench))
+            rows, problem = _verified_claims(out, entry.slug, hashes)
+            if problem is None:
+                states.append(ChapterState(entry, "finished", claims=rows, benchmark=bench))
+            else:
+                failure = {"chapter": entry.slug, "scale": scale, "error": "invalid output", "message": problem}
+                states.append(ChapterState(entry, "failed", failure=failure, benchmark=bench))
+                _attach_last_good(states[-1], out, hashes)
         else:
             states.append(ChapterState(entry, "not_run"))
-    _mark_stale(states, registry, scale, parameters)
+    hashes.save()
+    if mark_stale:
+        _mark_stale(states, registry, scale, parameters)
     return states
 
 
 # ---------------------------------------------------------------------------- provenance display
-def _attach_last_good(st: ChapterState, out: Path) -> None:
-    """A failed chapter with a kept good result becomes ``failed_last_good``."""
+def _attach_last_good(st: ChapterState, out: Path, hashes=None) -> None:
+    """A failed chapter with a kept good result (one that verifies) becomes ``failed_last_good``."""
     from .provenance import LAST_GOOD
 
     good = out / LAST_GOOD
     if (good / "claims.json").is_file() and (good / f"{st.entry.slug}.ipynb").is_file():
-        st.state = "failed_last_good"
-        st.last_good = json.loads((good / "claims.json").read_text(encoding="utf-8"))["claims"]
+        rows, problem = _verified_claims(good, st.entry.slug, hashes)
+        if problem is None:
+            st.state = "failed_last_good"
+            st.last_good = rows
 
 
 def _mark_stale(states: list[ChapterState], registry: Registry, scale: str, parameters: dict | None) -> None:
@@ -122,10 +154,14 @@ def _mark_stale(states: list[ChapterState], registry: Registry, scale: str, para
     shown = [st for st in states if st.state in ("finished", "failed_last_good")]
     if not shown:
         return
+    from .provenance import Fingerprinter
+
     if parameters is None:
         parameters = registry.resolve_all(scale, {})
+    fp = Fingerprinter()
     for st in shown:
-        st.stale = chapter_status(st.entry, scale, parameters[st.entry.slug]).reasons
+        st.stale = chapter_status(st.entry, scale, parameters[st.entry.slug], fp).reasons
+    fp.save()
 
 
 def stale_badge(st: ChapterState) -> str:
@@ -202,7 +238,7 @@ def claims_frame(registry: Registry, scale: str):
     import pandas as pd
 
     rows = []
-    for st in chapter_states(registry, scale):
+    for st in chapter_states(registry, scale, mark_stale=False):
         base = {"part": st.entry.part, "chapter": st.entry.slug, "title": st.entry.title, "chapter_state": st.state}
         if not st.claims:
             verdict = {"failed": "failed_to_run", "failed_last_good": "failed_to_run", "planned": "planned",
@@ -523,6 +559,9 @@ def failed_page(st: ChapterState) -> str:
     from .execute import describe_failure
 
     rec = st.failure or {}
+    if rec.get("error") == "invalid output":  # a result that is not what was written: never shown
+        return (f"# {st.entry.title}\n\n:::{{error}}\nThis chapter's result is not used: "
+                f"{escape(rec.get('message', ''))}. The next `compendium build` reruns it.\n:::\n")
     lines = [
         f"# {st.entry.title}",
         "",

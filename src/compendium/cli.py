@@ -60,7 +60,7 @@ def _plan(args) -> Plan:
     overrides = overrides_from_strings(args.set or [], default_slug=default_slug)
     config = {"scale": args.scale, "overrides": overrides, "device": getattr(args, "device", "auto"),
               "profile": getattr(args, "profile", "local")}
-    plan = Plan.from_config(config)
+    plan = Plan.from_config(config, keep=False)
     for slug in list(only) + list(getattr(args, "force", None) or []):
         entry = plan.registry.chapter(slug)
         if not entry.ready:
@@ -297,6 +297,14 @@ def cmd_build(args) -> int:
             cmd = _snakemake_cmd(args, plan, config_file)
             print("+ snakemake " + " ".join(cmd[3:]), flush=True)
             rc = _call(cmd)
+            if rc == 0 and not args.dry_run:
+                from .provenance import readers_of_changed_assets
+
+                again = readers_of_changed_assets(plan.registry, plan.scale)
+                if again:  # a repaired asset that did not come out the same: its readers now rerun
+                    print(f"compendium: an asset was rebuilt with different bytes; rerunning {', '.join(again)}",
+                          flush=True)
+                    rc = _call(cmd)
             if rc != 0 and args.keep_going and not args.dry_run:
                 print("\ncompendium: some jobs failed; building the book from the chapters that finished "
                       "(failed chapters are shown as failed on the dashboard).", file=sys.stderr, flush=True)
@@ -438,23 +446,27 @@ def cmd_execute(args) -> int:
 
 
 def _ensure_asset(plan: Plan, name: str, force: bool = False) -> Path:
-    """Build asset ``name`` if it is missing (always with ``force``), after the assets it requires
-    (those only if missing; the registry has refused cycles)."""
+    """Build asset ``name`` if it is missing or invalid (always with ``force``), after the assets it
+    requires (those only if missing or invalid; the registry has refused cycles). An asset built
+    before its files were recorded is adopted instead when it is current."""
     from .assets import AssetMissing, asset_dir, build_asset
+    from .provenance import Fingerprinter, asset_state
 
     for req in plan.registry.assets[name].get("requires", []):
         _ensure_asset(plan, req)
     # one builder of an asset at a time: a second chapter run that needs it waits, then finds it
     with _NamedLock(paths.ROOT, f"asset-{plan.scale}-{name}", f"a build of asset {name!r}", wait=True):
-        try:
-            if not force:
+        if not force:
+            asset_state(plan.registry, name, plan.scale, Fingerprinter(), adopt=True)
+            try:
                 return asset_dir(name, plan.scale)
-        except AssetMissing:
-            pass
+            except AssetMissing as err:
+                if (paths.results_root() / plan.scale / "assets" / name).exists():
+                    print(f"compendium: {err}", flush=True)
         spec = plan.registry.assets[name]
         print(f"building asset {name!r} ({plan.scale}) ...", flush=True)
-        return build_asset(name, spec["builder"], paths.ROOT / "results" / plan.scale / "assets" / name,
-                           plan.scale, spec.get("seed", 0))
+        return build_asset(name, spec["builder"], paths.results_root() / plan.scale / "assets" / name,
+                           plan.scale, spec.get("seed", 0), requires=spec.get("requires", []))
 
 
 def _default_slug(args) -> str | None:
@@ -470,44 +482,63 @@ def cmd_asset(args) -> int:
     return 0
 
 
-def current_verdicts(plan: Plan) -> dict:
-    """``{slug: {claim: verdict}}`` from the finished chapters of ``plan.scale`` (volatile ones left out)."""
-    out = {}
+def _verified_claims(plan: Plan) -> tuple[dict, list[str]]:
+    """``{slug: claims}`` of every finished chapter whose outputs are what was written, and one line
+    for each chapter whose ``claims.json`` is not (left out: it is not trusted)."""
+    from .provenance import Fingerprinter, read_record, verify_outputs
+
+    fp = Fingerprinter()
+    out, problems = {}, []
     for entry in plan.registry.ready:
         claims = paths.ROOT / plan.chapter_outputs(entry.slug)["claims"]
-        if claims.is_file():
-            data = json.loads(claims.read_text(encoding="utf-8"))
-            out[entry.slug] = {c["id"]: c["verdict"] for c in data["claims"] if not c.get("volatile")}
-    return out
+        if not claims.is_file():
+            continue
+        problem = verify_outputs(claims.parent, read_record(claims.parent), fp.hashes)
+        if problem is None:
+            try:
+                out[entry.slug] = json.loads(claims.read_text(encoding="utf-8"))["claims"]
+                continue
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                problem = f"{claims.relative_to(paths.ROOT)} cannot be read ({type(err).__name__})"
+        problems.append(f"{entry.slug}: not used, {problem}: `compendium build` reruns it")
+    fp.save()
+    return out, problems
+
+
+def current_verdicts(plan: Plan) -> dict:
+    """``{slug: {claim: verdict}}`` from the finished chapters of ``plan.scale`` (volatile ones left out)."""
+    claims, _ = _verified_claims(plan)
+    return {slug: {c["id"]: c["verdict"] for c in rows if not c.get("volatile")} for slug, rows in claims.items()}
 
 
 def cmd_status(args) -> int:
-    """List each ready chapter as current, stale (naming what changed) or missing; runs nothing."""
+    """List each asset and ready chapter as current, stale (naming what changed), invalid (a file is
+    not what was written: the next build reruns it) or missing; re-hashes every file, runs nothing."""
     from .provenance import status_report
 
     plan = _plan(args)
-    for st in status_report(plan):
+    for st in status_report(plan, rehash=True):
         print(st.line())
     return 0
 
 
 def cmd_verdicts(args) -> int:
     """Print the verdicts of the last run in the format of expected_verdicts.yaml, or (``--compare``)
-    compare them with the recorded ones: exit 1 on a decisive difference."""
+    compare them with the recorded ones: exit 1 on a decisive difference. A chapter whose outputs do
+    not verify is left out with one line on stderr (exit 1)."""
     import yaml
 
     plan = _plan(args)
+    actual, invalid = _verified_claims(plan)
+    for line in invalid:
+        print(f"compendium: {line}", file=sys.stderr)
     if not args.compare:
-        print(yaml.safe_dump({plan.scale: current_verdicts(plan)}, sort_keys=False), end="")
-        return 0
+        verdicts = {slug: {c["id"]: c["verdict"] for c in rows if not c.get("volatile")} for slug, rows in actual.items()}
+        print(yaml.safe_dump({plan.scale: verdicts}, sort_keys=False), end="")
+        return 1 if invalid else 0
     from .expected import compare_verdicts, fragile_differences, load_expected
 
     expected = load_expected(plan.scale)
-    actual = {}
-    for entry in plan.registry.ready:
-        claims = paths.ROOT / plan.chapter_outputs(entry.slug)["claims"]
-        if claims.is_file():
-            actual[entry.slug] = json.loads(claims.read_text(encoding="utf-8"))["claims"]
     if not expected:
         print(f"no verdicts are recorded for scale {plan.scale!r} in {paths.EXPECTED_VERDICTS.name}", file=sys.stderr)
         return 2
@@ -522,7 +553,7 @@ def cmd_verdicts(args) -> int:
         print(f"not run  {len(missing)} chapter(s): {', '.join(missing)}")
     print(f"{len(actual)} chapter(s) compared with {paths.EXPECTED_VERDICTS.name} ({plan.scale}): "
           f"{compared} decisive verdict(s), {len(problems)} difference(s)")
-    return 1 if problems else 0
+    return 1 if problems or invalid else 0
 
 
 def cmd_new(args) -> int:

@@ -9,9 +9,12 @@ outputs are checked before they count as finished:
 * on a failing cell, ``FAILED.json`` (cell, error, traceback tail) and ``failed.ipynb`` are left
   beside the outputs for the dashboard and for debugging, and a :class:`ChapterFailed` is raised
   whose message names the cell and the error;
-* on success ``provenance.json`` (content hashes of the inputs, taken before the run) is written
-  beside ``claims.json`` and every output is copied to ``last_good/``, which Snakemake does not
-  know about and so never deletes: a failed rerun leaves the last good result for the book.
+* the assets it reads are checked against the sha256 recorded when they were built, before the
+  kernel starts: a corrupted asset fails the run in one line, it is never used;
+* on success ``provenance.json`` (the fingerprint of the inputs, taken before the run, and the
+  sha256 of every output) is written beside ``claims.json`` and every output is copied to
+  ``last_good/``, which Snakemake does not know about and so never deletes: a failed rerun leaves
+  the last good result for the book.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import jsonschema
 import yaml
 
 from . import paths
-from .provenance import LAST_GOOD, chapter_fingerprint, write_provenance
+from .provenance import LAST_GOOD, Fingerprinter, asset_problem, hash_outputs, make_record, write_provenance
 
 
 class ChapterFailed(RuntimeError):
@@ -136,8 +139,14 @@ def execute_chapter(
     output_notebook, claims, params_file, figures = map(Path, (output_notebook, claims, params_file, figures))
     out_dir = claims.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    # hashes of what this run reads, taken before it starts (an edit during the run makes it stale)
-    fingerprint = chapter_fingerprint(Path(notebook), parameters, scale, list(assets))
+    # the fingerprint of what this run reads, taken before it starts (an edit during the run makes it
+    # stale); never a corrupted asset
+    for name in assets:
+        problem = asset_problem(name, scale)
+        if problem:
+            raise ChapterFailed(f"chapter {slug!r} not run: {problem} (`compendium build` rebuilds it)")
+    fp = Fingerprinter()
+    provenance = make_record(fp.chapter_inputs(Path(notebook), parameters, scale, list(assets)), fp.environment())
     for stale in (claims, out_dir / "FAILED.json", out_dir / "failed.ipynb", out_dir / "provenance.json"):
         stale.unlink(missing_ok=True)
     shutil.rmtree(figures, ignore_errors=True)
@@ -202,7 +211,9 @@ def execute_chapter(
             yaml.safe_dump({"chapter": slug, "scale": scale, "parameters": parameters}, sort_keys=True)
         )
         shutil.move(str(dst), output_notebook)
-        write_provenance(out_dir, fingerprint)
+        provenance["outputs"] = hash_outputs(out_dir, [output_notebook, claims, params_file, figures], fp.hashes)
+        write_provenance(out_dir, provenance)
+        fp.save()
         keep_last_good(out_dir, [output_notebook, claims, params_file, figures, out_dir / "provenance.json"])
     return data
 

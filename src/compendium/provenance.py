@@ -1,36 +1,37 @@
-"""Provenance: what produced a chapter's claims, as content hashes, and whether that still holds.
+"""Provenance: what produced each output, as content fingerprints, and whether that still holds.
 
-Each rule's inputs are derived from what its code *imports*, read statically (``ast``): the
-``compendium.*`` imports of a chapter's notebook code cells, or of an asset's builder module,
-followed transitively inside ``src/compendium``. So editing ``claims.py`` reruns the chapters
-(their notebooks import it) but no asset (builders never import it), and editing one paper module
-reruns only its chapter.
+A job's **inputs** are ``{component: hash}`` (:mod:`compendium.fingerprint`): for a chapter, its
+notebook (the whole file: the notebook is the page), the library units its code reaches, its
+effective parameters, the recorded content of each asset it reads, ``data/manifest.yaml`` and the
+kernel spec; for an asset, the units its builder reaches, the builder and seed, the recorded
+content of the assets it ``requires`` and the data manifest. The job's **fingerprint** is the
+sha256 of its inputs. A comment, a docstring or a reformat changes no component; an asset rebuilt
+with the same files keeps its content hash, so the chapters that read it stay current.
 
-A package ``__init__.py`` that runs only because a submodule below it is imported counts as a
-file (an edit to it reruns the importer) but its imports are not followed: the library's
-``__init__`` files only re-export, and ``compendium/__init__.py`` does so lazily (PEP 562), so
-importing a paper module really does not load the ledger. An explicit ``from compendium import
-start_chapter`` follows the imports of ``compendium/__init__.py``, function bodies included.
+Every finished job writes ``provenance.json`` beside its outputs: the fingerprint, the inputs, the
+lock file's hash (``environment``: reported by ``compendium status``, never a rerun by itself) and
+the sha256 of every file it wrote (``outputs``; for an asset its ``content`` is the hash of that
+map). Outputs are **verified on read** (:func:`verify_outputs`, through the hash cache): a file
+that is missing, unreadable or not what was written makes the output *invalid*; the next build
+reruns that job (nothing else), and until then nothing uses it. ``compendium status`` re-hashes
+every file.
 
-After a successful run the chapter rule writes ``provenance.json`` beside ``claims.json``: the
-sha256 of the notebook, of every library file in the import closure, of the effective parameters,
-of each asset directory the chapter read, of ``data/manifest.yaml`` and of the lock file (when
-those exist). :func:`chapter_status` recomputes the same hashes from the working tree and names
-what changed; ``compendium status`` and the book's stale badges both use it. ``claims.json`` itself
-is left as the ledger writes it (deterministic for a scale and seed).
+Outputs built before fingerprints were recorded are *adopted* once (:func:`chapter_state`,
+:func:`asset_state`) when the rules of that time called them current: a chapter whose recorded
+file hashes match the working tree, an asset whose files are newer than every file its builder
+imported.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 from . import paths
+from .fingerprint import (CodeIndex, HashCache, components, legacy_sources, notebook_imports, sha256_file,
+                          sha256_json)
 
 PROVENANCE = "provenance.json"
 LAST_GOOD = "last_good"
@@ -38,169 +39,8 @@ LAST_GOOD = "last_good"
 DATA_MANIFEST = "data/manifest.yaml"
 LOCK_FILES = ("requirements.lock", "uv.lock", "conda-lock.yml")
 KERNEL_SPEC = "kernels/compendium/kernel.json"
-
-
-# ---------------------------------------------------------------------------- the import graph
-def _library_root() -> Path:
-    return paths.ROOT / "src" / "compendium"
-
-
-def module_file(name: str) -> Path | None:
-    """``'compendium.papers.x'`` → its file (``x.py`` or ``x/__init__.py``), or None if not a module."""
-    parts = name.split(".")
-    if parts[0] != "compendium":
-        return None
-    base = _library_root().joinpath(*parts[1:])
-    if base.with_suffix(".py").is_file() and len(parts) > 1:
-        return base.with_suffix(".py")
-    if (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    return None
-
-
-def _module_name(path: Path) -> tuple[str, bool]:
-    """File → (dotted module name, is_package)."""
-    rel = path.relative_to(_library_root().parent).with_suffix("")
-    parts = list(rel.parts)
-    is_package = parts[-1] == "__init__"
-    if is_package:
-        parts = parts[:-1]
-    return ".".join(parts), is_package
-
-
-def imported_modules(source: str, module: str = "", is_package: bool = False) -> set[str]:
-    """Every ``compendium.*`` module ``source`` imports (anywhere, function bodies included).
-
-    ``from a import b`` yields the submodule ``a.b`` when there is one, else ``a``.
-    """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    package = module if is_package else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)] if package else []
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            # `from pkg import sub` imports the submodule (pkg's __init__ runs as its parent);
-            # `from pkg import name` of anything else needs pkg itself
-            subs = [f"{base}.{a.name}" for a in node.names if a.name != "*"]
-            found.update(m for m in subs if module_file(m) is not None)
-            if any(module_file(m) is None for m in subs) or not subs:
-                found.add(base)
-    return {m for m in found if m == "compendium" or m.startswith("compendium.")}
-
-
-def library_closure(modules) -> list[Path]:
-    """The library files that importing ``modules`` brings in, transitively (sorted)."""
-    seen: set[Path] = set()
-    queue = [m for m in modules if module_file(m)]
-    followed: set[Path] = set()
-    while queue:
-        name = queue.pop()
-        path = module_file(name)
-        if path is None:
-            continue
-        # parent packages run their __init__: count the file, do not follow its imports
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            parent = module_file(".".join(parts[:i]))
-            if parent is not None:
-                seen.add(parent)
-        seen.add(path)
-        if path in followed:
-            continue
-        followed.add(path)
-        queue.extend(_file_imports(path))
-    return sorted(seen)
-
-
-@lru_cache(maxsize=None)
-def _file_imports_cached(path: Path, mtime_ns: int) -> frozenset[str]:
-    mod, is_package = _module_name(path)
-    return frozenset(imported_modules(_read_text(path), mod, is_package))
-
-
-def _file_imports(path: Path) -> frozenset[str]:
-    """``imported_modules`` of one library file, parsed once per version of the file.
-
-    Snakemake asks for every chapter's and asset's closure while it builds the DAG; without this
-    cache each start re-parsed the shared library files once per closure (2400 parses, 15 s CPU
-    for 36 chapters)."""
-    return _file_imports_cached(path, path.stat().st_mtime_ns)
-
-
-@lru_cache(maxsize=None)
-def _read_text_cached(path: Path, mtime_ns: int) -> str:
-    return path.read_text(encoding="utf-8")
-
-
-def _read_text(path: Path) -> str:
-    return _read_text_cached(path, path.stat().st_mtime_ns)
-
-
-_CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
-
-
-def notebook_code(notebook: Path) -> str:
-    """The code cells of a notebook (MyST Markdown read directly; other formats via jupytext)."""
-    if notebook.suffix == ".md":
-        cells = _CODE_CELL.findall(_read_text(notebook))
-    else:
-        import jupytext
-
-        cells = [c.source for c in jupytext.read(str(notebook)).cells if c.cell_type == "code"]
-    lines = []
-    for cell in cells:
-        for line in cell.splitlines():
-            stripped = line.lstrip()
-            if stripped.startswith((":", "%", "!")):  # cell options, magics, shell escapes
-                continue
-            lines.append(line)
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(path.relative_to(paths.ROOT))
-    except ValueError:
-        return str(path)
-
-
-def notebook_sources(notebook: Path) -> list[str]:
-    """Library files a chapter notebook imports (repository-relative, sorted)."""
-    notebook = Path(notebook)
-    mods = _notebook_imports(notebook, notebook.stat().st_mtime_ns)
-    return [_rel(p) for p in library_closure(mods)]
-
-
-@lru_cache(maxsize=None)
-def _notebook_imports(notebook: Path, mtime_ns: int) -> frozenset[str]:
-    """The ``compendium`` modules a notebook's code cells import (parsed once per version)."""
-    code = notebook_code(notebook)
-    mods = set()
-    for chunk in code.split("\n\n"):  # a cell that does not parse alone still yields the rest
-        mods |= imported_modules(chunk)
-    mods |= imported_modules(code)
-    return frozenset(mods)
-
-
-def builder_sources(spec: str) -> list[str]:
-    """Library files an asset builder ``'compendium.module:function'`` imports."""
-    module = spec.split(":")[0]
-    return [_rel(p) for p in library_closure([module])]
-
-
-def optional_inputs() -> list[str]:
-    """The data manifest and the lock file, where they exist."""
-    return [name for name in (DATA_MANIFEST, *LOCK_FILES) if (paths.ROOT / name).is_file()]
+#: Written into a directory output by Snakemake after the job: not part of what the job wrote.
+NOT_OUTPUTS = frozenset({".snakemake_timestamp", PROVENANCE})
 
 
 # ---------------------------------------------------------------------------- environment
@@ -252,90 +92,218 @@ def environment_record() -> dict:
     return record
 
 
-# ---------------------------------------------------------------------------- hashes
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+# ---------------------------------------------------------------------------- fingerprints
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).relative_to(paths.ROOT))
+    except ValueError:
+        return str(path)
 
 
-def sha256_tree(folder: Path) -> str:
-    """One hash for a folder: its files' relative paths and contents, in sorted order."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(folder)).encode() + b"\0" + sha256_file(f).encode() + b"\n")
-    return h.hexdigest()
+def asset_folder(name: str, scale: str) -> Path:
+    return paths.results_root() / scale / "assets" / name
 
 
-def sha256_json(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+def fingerprint_of(inputs: dict) -> str:
+    return sha256_json(inputs)
 
 
-def chapter_fingerprint(notebook: Path, parameters: dict, scale: str, assets: list[str]) -> dict[str, str]:
-    """``{input: sha256}`` for one chapter run, from the working tree as it is now.
+class Fingerprinter:
+    """Inputs of chapters and assets, computed in one process with shared caches.
 
-    Keys are repository-relative paths for files, ``parameters`` for the effective parameters and
-    ``asset:<name>`` for each asset folder (``missing`` when the asset is not built).
+    ``trust=False`` re-hashes every file instead of trusting the hash cache (``compendium status``).
+    Call :meth:`save` to keep what was learned for the next process.
     """
-    out = {_rel(notebook): sha256_file(notebook)}
-    for rel in notebook_sources(notebook) + [KERNEL_SPEC] + optional_inputs():
-        path = paths.ROOT / rel
-        if path.is_file():
-            out[rel] = sha256_file(path)
-    out["parameters"] = sha256_json(parameters)
-    for name in assets:
-        folder = paths.results_root() / scale / "assets" / name
-        out[f"asset:{name}"] = sha256_tree(folder) if folder.is_dir() else "missing"
-    return dict(sorted(out.items()))
+
+    def __init__(self, trust: bool = True):
+        self.hashes = HashCache(trust=trust)
+        self.code = CodeIndex(self.hashes)
+        self._asset_content: dict[tuple[str, str], str] = {}
+
+    def save(self) -> None:
+        self.code.save()
+
+    def _files(self, names) -> dict[str, str]:
+        out = {}
+        for rel in names:
+            path = paths.ROOT / rel
+            if path.is_file():
+                out[rel] = self.hashes.sha256(path)
+        return out
+
+    def environment(self) -> dict[str, str]:
+        return self._files(LOCK_FILES)
+
+    def asset_content(self, name: str, scale: str) -> str:
+        """The content hash an asset's provenance records (``missing`` without one)."""
+        key = (name, scale)
+        if key not in self._asset_content:
+            record = read_record(asset_folder(name, scale))
+            content = record.get("content") if record else None
+            self._asset_content[key] = content if isinstance(content, str) else "missing"
+        return self._asset_content[key]
+
+    def forget_asset(self, name: str, scale: str) -> None:
+        self._asset_content.pop((name, scale), None)
+
+    def chapter_inputs(self, notebook: Path, parameters: dict, scale: str, assets) -> dict[str, str]:
+        out = components(self.code, notebook=Path(notebook))
+        out.update(self._files((DATA_MANIFEST, KERNEL_SPEC)))
+        out["parameters"] = sha256_json(parameters)
+        for name in assets:
+            out[f"asset:{name}"] = self.asset_content(name, scale)
+        return dict(sorted(out.items()))
+
+    def asset_inputs(self, spec: dict, scale: str) -> dict[str, str]:
+        module, _, function = spec["builder"].partition(":")
+        out = components(self.code, units=[(module, function)])
+        out.update(self._files((DATA_MANIFEST,)))
+        out["builder"] = sha256_json({"builder": spec["builder"], "seed": spec.get("seed", 0)})
+        for req in spec.get("requires", []):
+            out[f"asset:{req}"] = self.asset_content(req, scale)
+        return dict(sorted(out.items()))
 
 
-def write_provenance(out_dir: Path, fingerprint: dict[str, str]) -> Path:
-    path = out_dir / PROVENANCE
-    path.write_text(json.dumps({"inputs": fingerprint}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+# ---------------------------------------------------------------------------- records
+def make_record(inputs: dict, environment: dict) -> dict:
+    return {"fingerprint": fingerprint_of(inputs), "inputs": inputs, "environment": environment}
+
+
+def output_files(base: Path, outputs) -> list[Path]:
+    """The files of ``outputs`` (folders expanded), Snakemake's and provenance's own files left out."""
+    files = []
+    for path in map(Path, outputs):
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.is_file() and p.name not in NOT_OUTPUTS)
+        elif path.name not in NOT_OUTPUTS:
+            files.append(path)
+    return files
+
+
+def hash_outputs(base: Path, outputs, hashes: HashCache | None = None) -> dict[str, str]:
+    """``{path relative to base: sha256}`` of what a job wrote (read now, from the disk)."""
+    hashes = hashes or HashCache(trust=False)
+    return {str(f.relative_to(base)): hashes.sha256(f) for f in output_files(base, outputs)}
+
+
+def write_provenance(out_dir: Path, record: dict) -> Path:
+    """Write ``provenance.json`` atomically (a reader never sees half a record)."""
+    import os
+    import tempfile
+
+    path = Path(out_dir) / PROVENANCE
+    fd, tmp = tempfile.mkstemp(prefix=f".{PROVENANCE}.", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
-def read_provenance(out_dir: Path) -> dict[str, str] | None:
-    path = out_dir / PROVENANCE
-    if not path.is_file():
-        return None
+def read_record(out_dir: Path) -> dict | None:
+    """The whole provenance record; None when there is none, ``{"unreadable": why}`` when broken."""
+    path = Path(out_dir) / PROVENANCE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["inputs"]
-    except (ValueError, KeyError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as err:
+        return {"unreadable": f"{_rel(path)} cannot be read ({type(err).__name__})"}
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), dict):
+        return {"unreadable": f"{_rel(path)} is not a provenance record"}
+    return data
 
 
-def changes(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
-    """What differs between two fingerprints, in words (empty when nothing did)."""
-    out = []
-    for key in sorted(set(recorded) | set(current)):
-        label = f"asset {key[6:]}" if key.startswith("asset:") else key
-        if key not in current:
-            out.append(f"{label} is no longer an input")
-        elif key not in recorded:
-            out.append(f"{label} is a new input")
-        elif recorded[key] != current[key]:
-            out.append(f"{label} changed")
-    return out
+def read_provenance(out_dir: Path) -> dict[str, str] | None:
+    """The recorded inputs, or None."""
+    record = read_record(out_dir)
+    return record.get("inputs") if record and "unreadable" not in record else None
 
 
-# ---------------------------------------------------------------------------- chapter status
+def verify_outputs(base: Path, record: dict | None, hashes: HashCache | None = None) -> str | None:
+    """None when every file the record lists is there with the recorded sha256; else one line
+    naming the first file that is not (missing, unreadable or changed)."""
+    hashes = hashes or HashCache()
+    if record is None:
+        return f"{_rel(Path(base) / PROVENANCE)} is missing"
+    if "unreadable" in record:
+        return record["unreadable"]
+    outputs = record.get("outputs")
+    if not isinstance(outputs, dict) or not outputs:
+        return (f"{_rel(Path(base))} was written before its outputs were recorded (the next build records "
+                "them, or reruns it if its inputs changed)")
+    for rel, expected in sorted(outputs.items()):
+        path = Path(base) / rel
+        try:
+            actual = hashes.sha256(path)
+        except FileNotFoundError:
+            return f"{_rel(path)} is missing"
+        except OSError as err:
+            return f"{_rel(path)} cannot be read ({err.strerror or err})"
+        if actual != expected:
+            return f"{_rel(path)} is not the file that was written (sha256 differs from its provenance)"
+    return None
+
+
+def asset_problem(name: str, scale: str, hashes: HashCache | None = None) -> str | None:
+    """Why asset ``name`` must not be used (not built, unrecorded, corrupted), or None."""
+    folder = asset_folder(name, scale)
+    if not (folder / ".complete").is_file():
+        return f"asset {name!r} for scale {scale!r} is not built ({_rel(folder)})"
+    record = read_record(folder)
+    if record is None or "outputs" not in record:
+        return f"asset {name!r} ({scale}) has no record of the files it wrote ({_rel(folder / PROVENANCE)})"
+    problem = verify_outputs(folder, record, hashes)
+    return f"asset {name!r} ({scale}) is invalid: {problem}" if problem else None
+
+
+# ---------------------------------------------------------------------------- status
 @dataclass
 class Status:
     slug: str
-    state: str  # current | stale | missing
+    state: str  # current | stale | missing | invalid
     reasons: list[str] = field(default_factory=list)
     failed: bool = False  # the last run failed (a last good result may still be shown)
+    kind: str = "chapter"
+    fingerprint: str = ""
+    rerun: bool = False  # the next build reruns it (missing, invalid, or its inputs changed)
 
     def line(self) -> str:
-        text = f"{self.state:<8} {self.slug}"
+        name = self.slug if self.kind == "chapter" else f"asset {self.slug}"
+        text = f"{self.state:<8} {name}"
         if self.failed:
             text += " (last run failed" + (", showing last good result)" if self.state != "missing" else ")")
         if self.reasons:
             text += ": " + "; ".join(self.reasons)
         return text
+
+
+def _label(key: str) -> str:
+    if key.startswith("asset:"):
+        return f"asset {key[6:]}"
+    if "::" in key:
+        path, _, unit = key.partition("::")
+        return f"{path}: {unit}"
+    if key.startswith("src/"):
+        return f"{key} (module level)"
+    return key
+
+
+def changes(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    """What differs between two sets of inputs, in words (empty when nothing did)."""
+    out = []
+    for key in sorted(set(recorded) | set(current)):
+        if key not in current:
+            out.append(f"{_label(key)} is no longer an input")
+        elif key not in recorded:
+            out.append(f"{_label(key)} is a new input")
+        elif recorded[key] != current[key]:
+            out.append(f"{_label(key)} changed")
+    return out
 
 
 def result_dir(out_dir: Path) -> Path | None:
@@ -347,23 +315,171 @@ def result_dir(out_dir: Path) -> Path | None:
     return None
 
 
-def chapter_status(entry, scale: str, parameters: dict) -> Status:
-    """Compare a chapter's recorded provenance with the working tree (nothing is executed)."""
-    out_dir = paths.results_root() / scale / entry.slug
+def _legacy_chapter_inputs(fp: Fingerprinter, entry, scale: str, parameters: dict) -> dict[str, str]:
+    """The file hashes earlier versions recorded for a chapter (lock files left out: the old rule
+    never reran for them)."""
+    files = [_rel(entry.notebook), *legacy_sources(fp.code, notebook_imports(fp.code, entry.notebook)),
+             KERNEL_SPEC, DATA_MANIFEST]
+    out = fp._files(files)
+    out["parameters"] = sha256_json(parameters)
+    for name in entry.assets:
+        folder = asset_folder(name, scale)
+        if not folder.is_dir():
+            out[f"asset:{name}"] = "missing"
+            continue
+        h = hashlib.sha256()
+        for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != PROVENANCE):
+            h.update(str(f.relative_to(folder)).encode() + b"\0" + fp.hashes.sha256(f).encode() + b"\n")
+        out[f"asset:{name}"] = h.hexdigest()
+    return out
+
+
+def chapter_outputs(out_dir: Path, slug: str) -> list[Path]:
+    return [out_dir / f"{slug}.ipynb", out_dir / "claims.json", out_dir / "params.yaml", out_dir / "figures"]
+
+
+def chapter_state(entry, scale: str, parameters: dict, fp: Fingerprinter, *, out_dir: Path | None = None,
+                  adopt: bool = False, last_good: bool = True) -> Status:
+    """Compare a chapter's recorded provenance with the working tree (nothing is executed).
+
+    ``out_dir`` defaults to ``results/<scale>/<slug>`` (a variant's folder for seed sweeps). With
+    ``adopt``, outputs from before fingerprints (a record of file hashes only) that the rules of
+    that time called current get a fingerprint record now. ``last_good=False`` looks at the
+    outputs only, not at a kept last good result (what the workflow asks).
+    """
+    out_dir = out_dir or paths.results_root() / scale / entry.slug
     failed = (out_dir / "FAILED.json").is_file()
-    where = result_dir(out_dir)
+    inputs = fp.chapter_inputs(entry.notebook, parameters, scale, entry.assets)
+    fingerprint = fingerprint_of(inputs)
+
+    def status(state, reasons=(), rerun=True):
+        return Status(entry.slug, state, list(reasons), failed, fingerprint=fingerprint, rerun=rerun)
+
+    where = result_dir(out_dir) if last_good else (out_dir if (out_dir / "claims.json").is_file() else None)
     if where is None:
-        return Status(entry.slug, "missing", failed=failed)
-    recorded = read_provenance(where)
-    if recorded is None:
-        return Status(entry.slug, "stale", ["no provenance record (built before provenance was kept)"], failed)
-    current = chapter_fingerprint(entry.notebook, parameters, scale, list(entry.assets))
-    reasons = changes(recorded, current)
+        return status("missing")
+    record = read_record(where)
+    if record is None:
+        return status("stale", ["no provenance record"])
+    if "unreadable" in record:
+        return status("invalid", [record["unreadable"]])
+    if "fingerprint" not in record:
+        legacy = {k: v for k, v in record["inputs"].items() if k not in LOCK_FILES}
+        if changes(legacy, _legacy_chapter_inputs(fp, entry, scale, parameters)):
+            return status("stale", ["built before content fingerprints, and its inputs changed since"])
+        if not adopt:
+            return status("current", ["built before content fingerprints (adopted at the next build)"], False)
+        record = {**make_record(inputs, fp.environment()),
+                  "outputs": hash_outputs(where, chapter_outputs(where, entry.slug), fp.hashes)}
+        write_provenance(where, record)
+    problem = verify_outputs(where, record, fp.hashes)
+    reasons = changes(record.get("inputs", {}), inputs)
+    if problem and not reasons:
+        return status("invalid", [problem])
+    reasons += [problem] if problem else []
+    rerun = bool(reasons)
+    reasons += [f"{k} changed" for k in changes_env(record.get("environment", {}), fp.environment())]
     if failed and where != out_dir:
         reasons = ["its last run failed"] + reasons
-    return Status(entry.slug, "stale" if reasons else "current", reasons, failed)
+    return status("stale" if reasons else "current", reasons, rerun)
 
 
-def status_report(plan) -> list[Status]:
-    """:func:`chapter_status` of every ready chapter of a :class:`~compendium.workflow.Plan`."""
-    return [chapter_status(c, plan.scale, plan.params[c.slug]) for c in plan.registry.ready]
+def changes_env(recorded: dict, current: dict) -> list[str]:
+    return [k for k in sorted(set(recorded) | set(current)) if recorded.get(k) != current.get(k)]
+
+
+def asset_state(registry, name: str, scale: str, fp: Fingerprinter, *, adopt: bool = False) -> Status:
+    """An asset as current, stale (its inputs changed), invalid (its files are not what was
+    written) or missing. Assets it requires must be settled first (adoption writes their record)."""
+    spec = registry.assets[name]
+    folder = asset_folder(name, scale)
+    inputs = fp.asset_inputs(spec, scale)
+    fingerprint = fingerprint_of(inputs)
+
+    def status(state, reasons=(), rerun=True):
+        return Status(name, state, list(reasons), kind="asset", fingerprint=fingerprint, rerun=rerun)
+
+    if not (folder / ".complete").is_file():
+        return status("missing")
+    record = read_record(folder)
+    if record is not None and "unreadable" in record:
+        return status("invalid", [record["unreadable"]])
+    if record is None:
+        if not _legacy_asset_current(fp, spec, scale, folder):
+            return status("stale", ["built before content fingerprints, and its inputs changed since"])
+        if not adopt:
+            return status("current", ["built before content fingerprints (adopted at the next build)"], False)
+        record = {**make_record(inputs, fp.environment()),
+                  "outputs": hash_outputs(folder, [folder], fp.hashes)}
+        record["content"] = sha256_json(record["outputs"])
+        write_provenance(folder, record)
+        fp.forget_asset(name, scale)
+    problem = verify_outputs(folder, record, fp.hashes)
+    reasons = changes(record.get("inputs", {}), inputs)
+    if problem and not reasons:  # its inputs are unchanged: a rebuild repairs it, same content expected
+        return status("invalid", [problem])
+    reasons += [problem] if problem else []
+    return status("stale" if reasons else "current", reasons, bool(reasons))
+
+
+def _legacy_asset_current(fp: Fingerprinter, spec: dict, scale: str, folder: Path) -> bool:
+    """What the asset rule before fingerprints decided: current when every file it wrote is newer
+    than every file of its old input list (the builder's imports, the data manifest, and the files
+    of the assets it requires)."""
+    def mtimes(path):
+        return [p.stat().st_mtime for p in path.rglob("*") if p.is_file() and p.name not in NOT_OUTPUTS]
+
+    written = mtimes(folder)
+    if not written:
+        return False
+    module = spec["builder"].partition(":")[0]
+    inputs = [paths.ROOT / f for f in legacy_sources(fp.code, [module])] + [paths.ROOT / DATA_MANIFEST]
+    newest = [p.stat().st_mtime for p in inputs if p.is_file()]
+    for req in spec.get("requires", []):
+        newest += mtimes(asset_folder(req, scale)) or [float("inf")]
+    return min(written) > max(newest, default=0)
+
+
+def asset_order(registry, names=None) -> list[str]:
+    """``names`` (default: every asset) with the assets they require first."""
+    order: list[str] = []
+
+    def visit(name):
+        if name not in order:
+            for req in registry.assets[name].get("requires", []):
+                visit(req)
+            order.append(name)
+
+    for name in names if names is not None else registry.assets:
+        visit(name)
+    return order
+
+
+def status_report(plan, rehash: bool = True) -> list[Status]:
+    """Every asset the ready chapters use, then every ready chapter, of a
+    :class:`~compendium.workflow.Plan` (``rehash``: read every file again, trust no cache)."""
+    fp = Fingerprinter(trust=not rehash)
+    used = sorted({a for c in plan.registry.ready for a in c.assets})
+    out = [asset_state(plan.registry, a, plan.scale, fp) for a in asset_order(plan.registry, used)]
+    out += [chapter_state(c, plan.scale, plan.params[c.slug], fp) for c in plan.registry.ready]
+    fp.save()
+    return out
+
+
+def readers_of_changed_assets(registry, scale: str) -> list[str]:
+    """Chapters whose finished run read an asset whose recorded content has changed since: an asset
+    repaired (rebuilt for corrupted files) that did not come out bit for bit the same. The workflow
+    does not rerun readers for a repair, expecting the same bytes; ``compendium build`` then runs
+    once more for these."""
+    fp = Fingerprinter()
+    out = []
+    for entry in registry.ready:
+        recorded = read_provenance(paths.results_root() / scale / entry.slug) or {}
+        if any(recorded.get(f"asset:{a}") not in (None, fp.asset_content(a, scale)) for a in entry.assets):
+            out.append(entry.slug)
+    return out
+
+
+def chapter_status(entry, scale: str, parameters: dict, fp: Fingerprinter | None = None) -> Status:
+    """:func:`chapter_state` with a fresh :class:`Fingerprinter` (the book's stale badges)."""
+    return chapter_state(entry, scale, parameters, fp or Fingerprinter())

@@ -17,7 +17,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from . import paths
@@ -167,6 +166,8 @@ def _check_value(chapter: str, name: str, value: Any, spec: dict, where: str) ->
             f"chapter {chapter!r}: parameter {name!r} = {value!r} ({where}) {problem}: "
             f"allowed is {describe_allowed(spec)}"
         )
+    import jsonschema  # here, not at the top: a plan read from its cache (compendium.workflow) needs none
+
     try:
         jsonschema.validate(value, _value_schema(spec))
     except jsonschema.ValidationError as err:
@@ -388,6 +389,8 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
         raise RegistryError(f"{path.name}: {err.problem}") from None
     except yaml.YAMLError as err:
         raise RegistryError(f"{path.name} is not valid YAML: {err}") from None
+    import jsonschema
+
     schema = json.loads(paths.REGISTRY_SCHEMA.read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))

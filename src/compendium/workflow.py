@@ -4,20 +4,34 @@
 into targets, per-chapter inputs, parameters and resources. Building a plan validates
 everything, so a bad registry entry, parameter or override stops the run before any notebook
 starts.
+
+**Stamps.** Snakemake decides reruns by file times; here content decides. Each chapter and asset
+job has one input, a stamp file ``results/<scale>/.stamps/<job>.fp`` holding the job's current
+fingerprint (:mod:`compendium.provenance`). :meth:`Plan.refresh_stamps` (run at every Snakemake
+start, by the Snakefile) rewrites a stamp only when its content differs, and dates it long before
+the job's outputs when their recorded fingerprint equals the current one and they verify, now
+otherwise. A job whose outputs are invalid (a file is not what was written) gets a stamp with a
+new line naming the problem, so its content differs from every checksum Snakemake recorded. An
+asset a job reads is also an input (for the order), marked ``ancient`` while the asset's own
+inputs are unchanged: repairing a corrupted asset does not rerun the chapters that read it.
 """
 
 from __future__ import annotations
 
+import csv
 import json
-from dataclasses import dataclass
+import os
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import paths
-from .provenance import DATA_MANIFEST, builder_sources, notebook_sources, optional_inputs
 from .registry import DEVICES, Registry, RegistryError, load_registry
 
 CONFIG_KEYS = {"scale", "registry", "overrides", "device", "partial", "profile"}
 PROFILES = ("local", "gpu", "slurm")
+#: The time a current job's stamp carries (2000-01-01): older than any output it could have.
+STAMP_CURRENT_TIME = 946684800
 
 
 def results_dir(scale: str) -> str:
@@ -25,13 +39,131 @@ def results_dir(scale: str) -> str:
     return f"results/{scale}"
 
 
-def rule_extra_inputs() -> list[str]:
-    """Inputs of every chapter and asset besides its code: the data manifest, where it exists.
+def stamp_path(scale: str, job: str) -> str:
+    """The stamp of a job: ``chapter-<slug>``, ``asset-<name>`` or ``variant-<slug>--<variant>``.
 
-    The lock file is recorded in provenance (``compendium status`` reports a change) but is not a
-    Snakemake input: reinstalling rewrites it, and Snakemake would then rerun everything on mtime.
-    """
-    return [p for p in optional_inputs() if p == DATA_MANIFEST]
+    A variant's stamp is written while Snakemake builds its DAG (which variants run is known only
+    then), after Snakemake has listed ``.stamps/`` once and cached what it saw: so each variant's
+    stamp sits in a folder of its own, which that listing never covered."""
+    if job.startswith("variant-"):
+        return f"{results_dir(scale)}/.stamps/variants/{job}/stamp.fp"
+    return f"{results_dir(scale)}/.stamps/{job}.fp"
+
+
+def write_stamp(path: Path, status, outputs) -> None:
+    """Write a job's stamp: its fingerprint (plus the problem, for invalid outputs), dated before
+    its outputs when it needs no rerun, after them otherwise. Rewritten only when it differs."""
+    text = status.fingerprint + "\n"
+    if status.state == "invalid":
+        text += f"rerun {time.time_ns()}: {status.reasons[0] if status.reasons else 'invalid outputs'}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        same = path.read_text(encoding="utf-8") == text
+    except OSError:
+        same = False
+    if not same:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    mtime = path.stat().st_mtime
+    if not status.rerun:
+        if mtime != STAMP_CURRENT_TIME:
+            os.utime(path, (STAMP_CURRENT_TIME, STAMP_CURRENT_TIME))
+        return
+    newest = 0.0
+    for out in map(Path, outputs):
+        if out.is_dir():
+            newest = max([newest, out.stat().st_mtime] + [p.stat().st_mtime for p in out.rglob("*")])
+        elif out.exists():
+            newest = max(newest, out.stat().st_mtime)
+    if mtime <= newest or mtime == STAMP_CURRENT_TIME:
+        when = max(time.time(), newest + 1)
+        os.utime(path, (when, when))
+
+
+# ---------------------------------------------------------------------------- the plan cache
+_PLAN_CACHE_SIZE = 8  # plans kept (the command's and the Snakefile's configs differ; scales; overrides)
+
+
+def _plan_key(config: dict) -> str | None:
+    """Everything a validated plan depends on, hashed; None when that cannot be said (then no cache)."""
+    import hashlib
+    import sys
+
+    defaults = {"scale": "smoke", "registry": "workflow/config/chapters.yaml", "overrides": {}, "device": "auto",
+                "partial": False, "profile": "local"}
+    effective = {**defaults, **{k: v for k, v in config.items() if v is not None}}
+    effective["overrides"] = effective["overrides"] or {}
+    try:
+        h = hashlib.sha256(json.dumps([effective, str(paths.ROOT), sys.version], sort_keys=True).encode())
+    except (TypeError, ValueError):
+        return None
+    code = Path(__file__).resolve().parent
+    for path in (paths.ROOT / config.get("registry", "workflow/config/chapters.yaml"), paths.REGISTRY_SCHEMA,
+                 code / "registry.py", code / "workflow.py", code / "validation.py", code / "paths.py"):
+        try:
+            h.update(str(path).encode() + b"\0" + path.read_bytes())
+        except OSError:
+            h.update(str(path).encode() + b"\0missing")
+    return h.hexdigest()
+
+
+def _plan_cache_path() -> Path:
+    return paths.ROOT / ".snakemake" / "compendium-cache" / "plans.pickle"
+
+
+def _read_plans() -> dict:
+    import pickle
+
+    try:
+        with open(_plan_cache_path(), "rb") as fh:
+            plans = pickle.load(fh)
+        return plans if isinstance(plans, dict) else {}
+    except Exception:  # noqa: BLE001 - a missing, old or broken cache is rebuilt
+        return {}
+
+
+def _cached_plan(key: str | None) -> "Plan | None":
+    if key is None:
+        return None
+    plan = _read_plans().get(key)
+    if not isinstance(plan, Plan):
+        return None
+    # what load_registry also checks on the file system: every ready chapter's notebook is there
+    if any(not entry.notebook.is_file() for entry in plan.registry.ready):
+        return None
+    return plan
+
+
+def _keep_plan(key: str | None, plan: "Plan") -> None:
+    import pickle
+
+    if key is None:
+        return
+    plans = _read_plans()
+    plans.pop(key, None)
+    plans[key] = Plan(plan.registry, plan.scale, plan.params, plan.device, plan.partial, plan.profile)
+    while len(plans) > _PLAN_CACHE_SIZE:
+        plans.pop(next(iter(plans)))
+    path = _plan_cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(tmp, "wb") as fh:
+            pickle.dump(plans, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def last_run_seconds(path: Path) -> float | None:
+    """The wall time Snakemake's benchmark file recorded for a job's last run."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        return float(rows[-1]["s"]) if rows else None
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -42,10 +174,30 @@ class Plan:
     device: str
     partial: bool
     profile: str
+    states: dict = field(default_factory=dict, compare=False, repr=False)  # job -> provenance Status
+    paths_s: dict = field(default_factory=dict, compare=False, repr=False)  # job -> longest path, seconds
 
     @classmethod
-    def from_config(cls, config: dict) -> "Plan":
-        """Validate the workflow config and the registry; raise RegistryError on any fault."""
+    def from_config(cls, config: dict, keep: bool = True) -> "Plan":
+        """Validate the workflow config and the registry; raise RegistryError on any fault.
+
+        A plan validated before from the same registry bytes, schema, validating code and config
+        is read back from ``.snakemake/compendium-cache/plans.pickle`` instead (every build starts
+        two plans: the command's and the Snakefile's; validating the registry took about a second).
+        ``keep=False`` reads that cache but writes nothing (the command line: bad input writes
+        nothing; the Snakefile keeps the plans).
+        """
+        key = _plan_key(config)
+        cached = _cached_plan(key)
+        if cached is not None:
+            return cached
+        plan = cls._validated(config)
+        if keep:
+            _keep_plan(key, plan)
+        return plan
+
+    @classmethod
+    def _validated(cls, config: dict) -> "Plan":
         unknown = set(config) - CONFIG_KEYS
         if unknown:
             raise RegistryError(
@@ -87,21 +239,89 @@ class Plan:
             "params": self.out(slug, "params.yaml"),
         }
 
-    def chapter_inputs(self, slug: str) -> dict[str, object]:
-        entry = self.registry.chapter(slug)
-        return {
-            "notebook": str(entry.notebook.relative_to(paths.ROOT)),
-            "sources": notebook_sources(entry.notebook) + rule_extra_inputs(),
-            "kernel": "kernels/compendium/kernel.json",
-        }
+    def chapter_notebook(self, slug: str) -> str:
+        return str(self.registry.chapter(slug).notebook.relative_to(paths.ROOT))
 
-    def asset_sources(self, name: str) -> list[str]:
-        """The library files the builder imports: a change to one of them rebuilds the asset."""
-        return builder_sources(self.registry.assets[name]["builder"]) + rule_extra_inputs()
+    # ---------------------------------------------------------------- stamps
+    def refresh_stamps(self) -> None:
+        """Bring every chapter's and asset's stamp up to date (see the module docstring); adopt
+        outputs built before fingerprints once, where the rules of that time called them current."""
+        from .provenance import Fingerprinter, asset_folder, asset_order, asset_state, chapter_state
 
-    def asset_upstream(self, name: str) -> list[str]:
+        fp = Fingerprinter()
+        root = paths.ROOT
+        for name in asset_order(self.registry):
+            st = asset_state(self.registry, name, self.scale, fp, adopt=True)
+            self.states[f"asset-{name}"] = st
+            write_stamp(root / stamp_path(self.scale, f"asset-{name}"), st, [asset_folder(name, self.scale)])
+        for entry in self.registry.ready:
+            st = chapter_state(entry, self.scale, self.params[entry.slug], fp, adopt=True, last_good=False)
+            self.states[f"chapter-{entry.slug}"] = st
+            outputs = [*self.chapter_outputs(entry.slug).values(), self.out(entry.slug, "figures")]
+            write_stamp(root / stamp_path(self.scale, f"chapter-{entry.slug}"), st, [root / p for p in outputs])
+        fp.save()
+
+    def variant_stamp(self, slug: str, variant: str, parameters: dict, outputs: dict) -> str:
+        """The stamp of a seed or sweep variant of a chapter (computed when Snakemake asks)."""
+        from .provenance import Fingerprinter, chapter_state
+
+        job = f"variant-{slug}--{variant}"
+        path = stamp_path(self.scale, job)
+        fp = Fingerprinter()
+        out_dir = paths.ROOT / Path(outputs["claims"]).parent
+        st = chapter_state(self.registry.chapter(slug), self.scale, parameters, fp, out_dir=out_dir,
+                           adopt=True, last_good=False)
+        self.states[job] = st
+        write_stamp(paths.ROOT / path, st, [paths.ROOT / p for p in outputs.values()] + [out_dir / "figures"])
+        fp.save()
+        return path
+
+    def asset_inputs(self, names) -> list[tuple[str, bool]]:
+        """``(folder, ancient)`` for assets a job reads: ``ancient`` unless the asset is missing or
+        its own inputs changed (a repair of a corrupted asset reruns nothing downstream)."""
+        out = []
+        for name in names:
+            st = self.states.get(f"asset-{name}")
+            ancient = st is not None and st.state in ("current", "invalid")
+            out.append((f"{results_dir(self.scale)}/assets/{name}", ancient))
+        return out
+
+    def chapter_assets(self, slug: str) -> list[tuple[str, bool]]:
+        return self.asset_inputs(self.registry.chapter(slug).assets)
+
+    def asset_upstream(self, name: str) -> list[tuple[str, bool]]:
         """The folders of the assets ``name`` requires (built first; a rebuilt one rebuilds it)."""
-        return [f"{results_dir(self.scale)}/assets/{req}" for req in self.registry.assets[name].get("requires", [])]
+        return self.asset_inputs(self.registry.assets[name].get("requires", []))
+
+    def _seconds(self, job: str) -> float:
+        """The wall seconds of a job's last recorded run, else the registry's ``estimate_s`` (assets)."""
+        seconds = last_run_seconds(paths.ROOT / results_dir(self.scale) / "benchmarks" / f"{job.removeprefix('chapter-')}.tsv")
+        if seconds is None and job.startswith("asset-"):
+            seconds = (self.registry.assets[job.split("-", 1)[1]].get("estimate_s") or {}).get(self.scale)
+        return float(seconds or 0)
+
+    def priority(self, job: str) -> int:
+        """Longest path first: a job's own seconds plus the longest chain of jobs waiting for it (the
+        assets built from an asset, the chapters that read it), so that a long asset and what it
+        feeds start before short independent work."""
+        if not self.paths_s:
+            readers: dict[str, list[str]] = {}
+            for entry in self.registry.ready:
+                for name in entry.assets:
+                    readers.setdefault(f"asset-{name}", []).append(f"chapter-{entry.slug}")
+            for name, spec in self.registry.assets.items():
+                for req in spec.get("requires", []):
+                    readers.setdefault(f"asset-{req}", []).append(f"asset-{name}")
+            longest: dict[str, float] = {}
+
+            def path(j: str) -> float:
+                if j not in longest:
+                    longest[j] = self._seconds(j) + max((path(r) for r in readers.get(j, [])), default=0.0)
+                return longest[j]
+
+            self.paths_s.update({j: path(j) for j in [f"asset-{a}" for a in self.registry.assets]
+                                 + [f"chapter-{c.slug}" for c in self.registry.ready]})
+        return int(self.paths_s.get(job, 0))
 
     def params_json(self, slug: str) -> str:
         """Resolved parameters as canonical JSON: Snakemake reruns a chapter when they change."""

@@ -9,6 +9,8 @@ rule claims_table:
         registry=PLAN.registry.path,
     output:
         "results/{scale}/claims.csv",
+    params:
+        partial=PLAN.partial,  # a partial table (after a failure) lists the failed chapters: rerun
     script:
         "../scripts/aggregate_claims.py"
 
@@ -26,6 +28,7 @@ rule book:
         profile=PLAN.profile,
         partial=PLAN.partial,
         values=PLAN.all_params_json(),
+        pages=" ".join(PLAN.book_static()),  # a page removed from book/ rebuilds it too
     log:
         "results/{scale}/logs/book.log",
     benchmark:

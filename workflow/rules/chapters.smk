@@ -1,8 +1,12 @@
 # One generic rule executes any chapter notebook with Papermill, under the project kernel, with the
-# parameters of the scale plus command-line overrides. A change of notebook, of a library file the
-# notebook imports (compendium.provenance reads the imports statically, transitively), of the
-# parameters, assets, data manifest or rule code reruns the chapter; nothing else does. An asset
-# reruns only when a file its builder imports changes.
+# parameters of the scale plus command-line overrides. Each job's one real input is its stamp
+# (results/<scale>/.stamps/, see compendium.workflow): its content fingerprint. A chapter reruns when
+# its notebook, the library code its cells reach (compendium.fingerprint: by definition, comments and
+# docstrings aside), its parameters, the content of its assets, the data manifest or the kernel spec
+# change, or when its outputs are not what was written; an asset when the code its builder reaches,
+# its builder and seed, the assets it requires or the data manifest change, or its files are corrupted.
+# The notebook and the assets a job reads are inputs too (ancient: their times decide nothing; an
+# asset is not ancient when it is rebuilt for a change, so that its readers run after it).
 
 
 wildcard_constraints:
@@ -13,9 +17,8 @@ wildcard_constraints:
 
 rule chapter:
     input:
+        stamp=chapter_stamp,
         notebook=chapter_notebook,
-        sources=chapter_sources,
-        kernel="kernels/compendium/kernel.json",
         assets=chapter_assets,
     output:
         notebook="results/{scale}/{slug}/{slug}.ipynb",
@@ -25,6 +28,7 @@ rule chapter:
     params:
         values=chapter_params,
         timeout_s=PLAN.timeout_s(),
+    priority: chapter_priority
     log:
         "results/{scale}/logs/{slug}.log",
     benchmark:
@@ -40,13 +44,14 @@ rule chapter:
 
 rule asset:
     input:
-        sources=asset_sources,
+        stamp=asset_stamp,
         upstream=asset_upstream,
     output:
         directory("results/{scale}/assets/{asset}"),
     params:
         builder=asset_builder,
         seed=asset_seed,
+    priority: asset_priority
     log:
         "results/{scale}/logs/asset-{asset}.log",
     benchmark:

@@ -1,10 +1,11 @@
 # Helpers for the rules: everything is computed by compendium.workflow.Plan, which validates the
-# registry, the parameters and the overrides before any job is scheduled.
+# registry, the parameters and the overrides before any job is scheduled, then brings each job's
+# stamp (its content fingerprint) up to date: content, not file times, decides what reruns.
 import os
 import sys
 
 from compendium.registry import RegistryError
-from compendium.workflow import Plan
+from compendium.workflow import Plan, stamp_path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # no run touches the network
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -14,17 +15,23 @@ try:
 except RegistryError as err:
     sys.stderr.write(f"\ncompendium: invalid configuration, nothing was run:\n  {err}\n\n")
     raise SystemExit(2)
+if workflow.is_main_process:  # not again inside a cluster job, while other jobs write their outputs
+    PLAN.refresh_stamps()
 
 SCALE = PLAN.scale
 READY = [c.slug for c in PLAN.registry.ready]
 
 
+def _inputs(pairs):
+    return [ancient(path) if is_ancient else path for path, is_ancient in pairs]
+
+
+def chapter_stamp(wildcards):
+    return stamp_path(wildcards.scale, f"chapter-{wildcards.slug}")
+
+
 def chapter_notebook(wildcards):
-    return PLAN.chapter_inputs(wildcards.slug)["notebook"]
-
-
-def chapter_sources(wildcards):
-    return PLAN.chapter_inputs(wildcards.slug)["sources"]
+    return ancient(PLAN.chapter_notebook(wildcards.slug))  # its content is in the stamp
 
 
 def chapter_params(wildcards):
@@ -48,19 +55,23 @@ def chapter_runtime_min(wildcards):
 
 
 def chapter_assets(wildcards):
-    return [f"results/{wildcards.scale}/assets/{a}" for a in PLAN.registry.chapter(wildcards.slug).assets]
+    return _inputs(PLAN.chapter_assets(wildcards.slug))
+
+
+def chapter_priority(wildcards):
+    return PLAN.priority(f"chapter-{wildcards.slug}")
 
 
 def _asset(wildcards):
     return PLAN.registry.assets[wildcards.asset]
 
 
-def asset_sources(wildcards):
-    return PLAN.asset_sources(wildcards.asset)
+def asset_stamp(wildcards):
+    return stamp_path(wildcards.scale, f"asset-{wildcards.asset}")
 
 
 def asset_upstream(wildcards):
-    return PLAN.asset_upstream(wildcards.asset)
+    return _inputs(PLAN.asset_upstream(wildcards.asset))
 
 
 def asset_builder(wildcards):
@@ -81,6 +92,10 @@ def asset_mem_mb(wildcards):
 
 def asset_gpus(wildcards):
     return int(_asset(wildcards).get("gpu", False))
+
+
+def asset_priority(wildcards):
+    return PLAN.priority(f"asset-{wildcards.asset}")
 
 
 def book_chapter_files(wildcards):

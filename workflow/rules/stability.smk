@@ -15,11 +15,18 @@ def variant_params(wildcards):
     return json.dumps(_stability.variant_params(PLAN, wildcards.slug, wildcards.variant), sort_keys=True)
 
 
+def variant_stamp(wildcards):
+    slug, variant = wildcards.slug, wildcards.variant
+    if not workflow.is_main_process:
+        return stamp_path(wildcards.scale, f"variant-{slug}--{variant}")
+    return PLAN.variant_stamp(slug, variant, _stability.variant_params(PLAN, slug, variant),
+                              _stability.variant_outputs(PLAN.scale, slug, variant))
+
+
 rule chapter_variant:
     input:
+        stamp=variant_stamp,
         notebook=chapter_notebook,
-        sources=chapter_sources,
-        kernel="kernels/compendium/kernel.json",
         assets=chapter_assets,
     output:
         notebook="results/{scale}/{slug}/variants/{variant}/{slug}.ipynb",

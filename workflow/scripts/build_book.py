@@ -4,12 +4,12 @@ import json
 import sys
 
 from compendium.book import BookBuildFailed, build_book
-from compendium.registry import load_registry
+from compendium.workflow import Plan
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with open(sm.log[0], "w", encoding="utf-8") as log:
     try:
-        build_book(load_registry(sm.input.registry), sm.wildcards.scale, profile=sm.params.profile, log=log,
+        build_book(Plan.from_config(sm.config).registry, sm.wildcards.scale, profile=sm.params.profile, log=log,
                    parameters=json.loads(sm.params.values))
     except BookBuildFailed as err:
         print(f"\nERROR {err}\n  see {sm.log[0]}\n", file=sys.stderr)
