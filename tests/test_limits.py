@@ -18,14 +18,7 @@ MAX_CHANGES = 10
 CHANGES_TITLE = "Changes after first results"
 # Chapters whose Limits are not yet rewritten to the bound: each leaves this set when it passes
 # (strict xfail: a pending chapter that passes fails the test until it is removed from here).
-PENDING = set("""
-  logistic_signal_strength  
- async_spade    
-on_policy_sft pi_distill   attribution_robustness prototype_tta
-   energs     
-graph_alignment    bspar_retouching 
-   
-""".split())
+PENDING: set[str] = set()
 
 
 def limits_section(text: str) -> list[str]:
