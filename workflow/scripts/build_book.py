@@ -4,9 +4,11 @@ import json
 import sys
 
 from compendium.book import BookBuildFailed, build_book
+from compendium import locks
 from compendium.workflow import Plan
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
+locks.hold_work()  # held while this job runs, even when the build that started it was killed
 with open(sm.log[0], "w", encoding="utf-8") as log:
     try:
         build_book(Plan.from_config(sm.config).registry, sm.wildcards.scale, profile=sm.params.profile, log=log,

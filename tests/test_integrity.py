@@ -1,0 +1,126 @@
+"""Integrity under faults: a killed build, a full disk, hostile input (issue 79, items 3-13).
+
+The full-disk cases run on a small tmpfs (root only: skipped elsewhere); the kill cases with real
+processes, orphaned by ``kill -KILL`` of their parent.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from compendium import cli, locks
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _wait_for(path: Path, timeout: float = 30.0) -> str:
+    end = time.time() + timeout
+    while time.time() < end:
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _env(root: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPENDIUM_")}
+    return env | {"COMPENDIUM_ROOT": str(root), "PYTHONPATH": str(REPO / "src")}
+
+
+def _gone(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# ------------------------------------------------------------------ 5. the lock outlives no one
+def test_killing_the_compendium_process_alone_keeps_the_lock_with_snakemake(tmp_path):
+    """The build's lock is inherited by the process it starts: killing the parent leaves it held
+    until the orphaned child (Snakemake) ends, and no second build starts meanwhile."""
+    (tmp_path / ".snakemake").mkdir()
+    child_pid = tmp_path / "child.pid"
+    script = (
+        "import sys\n"
+        "from compendium import cli, paths\n"
+        "with cli._BuildLock(paths.ROOT):\n"
+        f"    cli._call(['sh', '-c', 'echo $$ > {child_pid}; exec sleep 60'])\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], env=_env(tmp_path), cwd=tmp_path)
+    child = int(_wait_for(child_pid))
+    try:
+        parent.kill()
+        parent.wait(10)
+        os.kill(child, 0)  # the orphan still runs
+        with pytest.raises(cli.Refused, match="another build or chapter run is running"):
+            with cli._BuildLock(tmp_path):
+                pass
+        with pytest.raises(cli.Refused):  # nor a chapter run or an asset build
+            with cli._BuildLock(tmp_path, shared=True):
+                pass
+    finally:
+        _gone(child)
+    time.sleep(0.2)
+    with cli._BuildLock(tmp_path):  # the orphan ended: the lock is free
+        pass
+
+
+def test_an_orphaned_job_of_a_killed_build_refuses_the_next_build(tmp_path):
+    """A job whose compendium and Snakemake were both killed still holds the work lock."""
+    ready = tmp_path / "ready"
+    script = ("import time\nfrom compendium import locks, paths\nlocks.hold_work(paths.ROOT)\n"
+              f"open({str(ready)!r}, 'w').write('1')\ntime.sleep(60)\n")
+    job = subprocess.Popen([sys.executable, "-c", script], env=_env(tmp_path), cwd=tmp_path)
+    try:
+        _wait_for(ready)
+        with pytest.raises(cli.Refused, match="a job of an earlier build is still running"):
+            with cli._BuildLock(tmp_path):
+                pass
+    finally:
+        job.kill()
+        job.wait(10)
+    with cli._BuildLock(tmp_path):
+        pass
+
+
+def test_a_chapter_job_is_refused_while_execute_runs_that_chapter(tmp_path):
+    with cli._NamedLock(tmp_path, "execute-smoke-demo_mean", "a run of demo_mean"):
+        with pytest.raises(locks.LockBusy, match="already running"):
+            locks.hold(tmp_path, "execute-smoke-demo_mean", what="a run of demo_mean")
+
+
+def test_compendium_asset_is_refused_while_a_build_runs(monkeypatch, capsys, tmp_path):
+    from compendium import paths
+
+    plan = cli.Plan.from_config({"scale": "smoke"}, keep=False)
+    name = next(iter(plan.registry.assets))
+    monkeypatch.setattr(cli, "_plan", lambda args: plan)
+    monkeypatch.setattr(paths, "ROOT", tmp_path)  # the lock of a project of its own
+    built = []
+    monkeypatch.setattr(cli, "_ensure_asset", lambda *a, **k: built.append(a))
+    with cli._BuildLock(tmp_path):
+        assert cli.main(["asset", name]) == 2
+    assert "another build is running" in capsys.readouterr().err and not built
+
+
+def test_a_build_start_cleans_what_killed_runs_left(tmp_path):
+    out = tmp_path / "results" / "smoke" / "demo_mean"
+    leftovers = [tmp_path / ".snakemake" / "compendium-run-abc.yaml", out / ".last_good-xyz" / "claims.json",
+                 out / ".claims.json.123.tmp", out / ".run-abc" / "demo_mean.ipynb"]
+    keep = [out / "claims.json", out / "last_good" / "claims.json"]
+    for path in leftovers + keep:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    with cli._BuildLock(tmp_path):
+        pass
+    assert not any(p.exists() for p in leftovers)
+    assert all(p.exists() for p in keep)
