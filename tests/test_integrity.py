@@ -124,3 +124,87 @@ def test_a_build_start_cleans_what_killed_runs_left(tmp_path):
         pass
     assert not any(p.exists() for p in leftovers)
     assert all(p.exists() for p in keep)
+
+
+# ------------------------------------------------------------------ 3-4. a full disk while a chapter finishes
+FIXTURE_NOTEBOOK = REPO / "tests" / "fixtures" / "project" / "notebooks" / "theory" / "demo_mean.md"
+PARAMS = {"scale": "smoke", "seed": 0, "device": "auto", "num_samples": 20, "explode": False}
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A tmpfs of 128 KiB (root only; skipped where it cannot be mounted), unmounted after."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fake_papermill(monkeypatch, notebook_bytes: int, leave_free: int | None = None):
+    """Papermill that 'runs' the chapter: writes a small claims.json, then the executed notebook;
+    with ``leave_free``, then fills the disk up to that many bytes."""
+    import papermill
+
+    from compendium import execute
+
+    def run(src, dst, **kwargs):
+        out = Path(os.environ["COMPENDIUM_OUTPUT_DIR"])
+        (out / "claims.json").write_text('{"claims": []}')
+        with open(dst, "w", encoding="utf-8") as fh:
+            fh.write("x" * notebook_bytes)
+        if leave_free is not None:
+            st = os.statvfs(out)
+            with open(out.parent / "filler", "wb") as fh:
+                fh.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave_free))
+
+    monkeypatch.setattr(papermill, "execute_notebook", run)
+    monkeypatch.setattr(execute, "validate_claims", lambda *a: {"claims": []})
+    return execute
+
+
+def _run(execute, out: Path):
+    return execute.execute_chapter(
+        slug="demo_mean", scale="smoke", notebook=FIXTURE_NOTEBOOK, parameters=PARAMS,
+        output_notebook=out / "demo_mean.ipynb", claims=out / "claims.json", params_file=out / "params.yaml",
+        figures=out / "figures", timeout_s=60)
+
+
+def test_a_full_disk_while_the_notebook_is_written_leaves_no_partial_output(small_tmpfs, monkeypatch):
+    execute = _fake_papermill(monkeypatch, notebook_bytes=400_000)
+    out = small_tmpfs / "demo_mean"
+    with pytest.raises(execute.ChapterFailed) as info:
+        _run(execute, out)
+    message = str(info.value)
+    assert "\n" not in message and f"No space left on device: {out / 'demo_mean.ipynb'}" in message
+    assert "/tmp/demo_mean-" not in message and ".run-" not in message
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["FAILED.json"], names  # no notebook, no claims, no scratch; the failure recorded
+    assert "No space left on device" in json.loads((out / "FAILED.json").read_text())["message"]
+
+
+def test_a_full_disk_while_last_good_is_copied_keeps_it_and_records_the_failure(small_tmpfs, monkeypatch):
+    from compendium.provenance import LAST_GOOD
+
+    out = small_tmpfs / "demo_mean"
+    good = out / LAST_GOOD
+    good.mkdir(parents=True)
+    (good / "claims.json").write_text('{"old": true}')
+    (good / "provenance.json").write_text('{"old": true}')
+    execute = _fake_papermill(monkeypatch, notebook_bytes=40_000, leave_free=16_384)  # fits once, not twice
+    with pytest.raises(execute.ChapterFailed) as info:
+        _run(execute, out)
+    message = str(info.value)
+    assert "No space left on device" in message and str(good) in message and ".last_good-" not in message
+    assert json.loads((good / "claims.json").read_text()) == {"old": True}, "the last good result is intact"
+    left = sorted(p.name for p in out.iterdir())
+    assert left == ["FAILED.json", "figures", LAST_GOOD], left  # no stray provenance.json, no hidden copy
+
+
+def test_the_last_good_copy_is_readable_by_others(tmp_path, monkeypatch):
+    from compendium.execute import keep_last_good
+
+    (tmp_path / "claims.json").write_text("{}")
+    target = keep_last_good(tmp_path, [tmp_path / "claims.json"])
+    assert target.stat().st_mode & 0o777 == 0o755
