@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from compendium import cli, locks
+from conftest import compendium as compendium_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -208,3 +209,21 @@ def test_the_last_good_copy_is_readable_by_others(tmp_path, monkeypatch):
     (tmp_path / "claims.json").write_text("{}")
     target = keep_last_good(tmp_path, [tmp_path / "claims.json"])
     assert target.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_failed_book_job_keeps_the_previous_book(tmp_path):
+    """The book job fails before jupyter-book runs (here its staging folder cannot be written): one
+    line, no traceback, and the previous book's index.html, which Snakemake deleted, is put back."""
+    from conftest import fake_built_tree, make_project
+
+    root = make_project(tmp_path / "project")
+    fake_built_tree(root)
+    index = root / "results" / "smoke" / "book" / "_build" / "html" / "index.html"
+    assert index.read_text() == "fake\n"
+    (root / "results" / "smoke" / "book" / "src").write_text("not a folder")
+    proc = compendium_cli(root, "build", "--no-keep-going", "--", "--forcerun", "results/smoke/book/_build/html/index.html")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "ERROR the book was not built" in proc.stderr and "the previous book is kept" in proc.stderr
+    assert index.read_text() == "fake\n", "the previous good book is whole"
+    assert not index.with_name(".index.html.previous").exists()
