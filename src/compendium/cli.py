@@ -214,10 +214,28 @@ class _BuildLock:
             self.fh.close()
             what = "another build is running" if self.shared else "another build or chapter run is running"
             raise Refused(f"{what} in {self.path.parents[1]} (lock {self.path})") from None
+        if not self.shared:
+            # a build: no job of an earlier (killed) build may still be writing; then nobody is, and
+            # what killed runs left behind goes. Snakemake inherits this lock (see _call).
+            from .locks import LockBusy, clean_leftovers, inheritable, no_work_left
+
+            try:
+                no_work_left(self.path.parents[1])
+            except LockBusy as err:
+                self.fh.close()
+                raise Refused(str(err)) from None
+            root = self.path.parents[1]
+            clean_leftovers(root, paths.results_root() if root == paths.ROOT else root / "results")
+            _INHERITED.append(inheritable(self.fh))
         return self
 
     def __exit__(self, *exc):
+        if not self.shared and self.fh.fileno() in _INHERITED:
+            _INHERITED.remove(self.fh.fileno())
         self.fh.close()
+
+
+_INHERITED: list[int] = []  # the build lock's descriptor, handed to Snakemake: it holds the lock while it runs
 
 
 class _NamedLock:
@@ -250,7 +268,7 @@ class _NamedLock:
 
 def _call(cmd: list[str]) -> int:
     """Run Snakemake; Ctrl-C lets it clean up, then stops the build (no partial book)."""
-    proc = subprocess.Popen(cmd, cwd=paths.ROOT)
+    proc = subprocess.Popen(cmd, cwd=paths.ROOT, pass_fds=tuple(_INHERITED))
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -478,7 +496,8 @@ def cmd_asset(args) -> int:
     plan = _plan(args)
     if args.name not in plan.registry.assets:
         raise RegistryError(f"unknown asset {args.name!r}; allowed: {', '.join(plan.registry.assets) or 'none'}")
-    print(_ensure_asset(plan, args.name, force=True))
+    with _BuildLock(paths.ROOT, shared=True):  # never while a build runs (it may be building the same asset)
+        print(_ensure_asset(plan, args.name, force=True))
     return 0
 
 

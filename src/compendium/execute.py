@@ -154,20 +154,27 @@ def execute_chapter(
     nb = jupytext.read(str(notebook))
     nb.metadata["kernelspec"] = {"name": paths.KERNEL_NAME, "display_name": "Python 3 (compendium)", "language": "python"}
     nb.metadata.pop("jupytext", None)
-    env_updates = kernel_environment(out_dir, threads)
-    saved_env = {k: os.environ.get(k) for k in env_updates}
-    os.environ.update(env_updates)
-
-    def on_alarm(signum, frame):  # the whole-notebook limit from the scale
-        raise _Timeout()
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(int(timeout_s))
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=f"{slug}-") as tmp:
+    # scratch beside the outputs (same file system: the finished notebook is renamed into place,
+    # never copied, and a full disk is reported for the real file); a killed run's scratch is removed
+    # at the next build's start (compendium.locks.clean_leftovers)
+    with tempfile.TemporaryDirectory(prefix=".run-", dir=out_dir) as tmp:
         src = Path(tmp) / f"{slug}.ipynb"
         dst = Path(tmp) / f"{slug}.executed.ipynb"
-        nbformat.write(nb, str(src))
+        real = {str(src): Path(notebook), str(dst): output_notebook}
+        try:
+            nbformat.write(nb, str(src))
+        except OSError as err:
+            raise ChapterFailed(_fail(slug, scale, out_dir, _renamed(err, real), output_notebook)) from None
+        env_updates = kernel_environment(out_dir, threads)
+        saved_env = {k: os.environ.get(k) for k in env_updates}
+        os.environ.update(env_updates)
+
+        def on_alarm(signum, frame):  # the whole-notebook limit from the scale
+            raise _Timeout()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(int(timeout_s))
+        start = time.perf_counter()
         try:
             papermill.execute_notebook(
                 str(src),
@@ -185,17 +192,11 @@ def execute_chapter(
         except BaseException as err:  # noqa: BLE001 - every failure is recorded, then re-raised
             if isinstance(err, _Timeout):
                 err = ChapterFailed(f"chapter {slug!r} exceeded the {scale} timeout of {timeout_s} s")
-            record = _failure_record(slug, scale, err)
-            record["elapsed_s"] = round(time.perf_counter() - start, 2)
-            message = describe_failure(record)
-            try:
-                write_atomic(out_dir / "FAILED.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
-                if dst.is_file():
-                    shutil.copyfile(dst, out_dir / "failed.ipynb")
-            except OSError as write_err:  # a full disk: say so in one line, leave no partial record
-                (out_dir / "failed.ipynb").unlink(missing_ok=True)
-                message += f" (and the failure record could not be written: {write_err.strerror}: {write_err.filename})"
+            elif isinstance(err, OSError):  # here only the executed notebook is written in this process
+                err = _renamed(err, real, default=output_notebook)
+                dst.unlink(missing_ok=True)  # a partial notebook: free its space for the failure record
             claims.unlink(missing_ok=True)
+            message = _fail(slug, scale, out_dir, err, output_notebook, dst=dst, start=start)
             raise ChapterFailed(message) from None
         finally:
             signal.alarm(0)
@@ -206,27 +207,72 @@ def execute_chapter(
                 else:
                     os.environ[k] = v
         data = validate_claims(claims, slug, scale, parameters["seed"])
-        figures.mkdir(parents=True, exist_ok=True)
-        params_file.write_text(
-            yaml.safe_dump({"chapter": slug, "scale": scale, "parameters": parameters}, sort_keys=True)
-        )
-        shutil.move(str(dst), output_notebook)
-        provenance["outputs"] = hash_outputs(out_dir, [output_notebook, claims, params_file, figures], fp.hashes)
-        write_provenance(out_dir, provenance)
-        fp.save()
-        keep_last_good(out_dir, [output_notebook, claims, params_file, figures, out_dir / "provenance.json"])
+        outputs = [output_notebook, claims, params_file, figures]
+        try:
+            figures.mkdir(parents=True, exist_ok=True)
+            write_atomic(params_file, yaml.safe_dump({"chapter": slug, "scale": scale, "parameters": parameters},
+                                                     sort_keys=True))
+            os.replace(dst, output_notebook)
+            provenance["outputs"] = hash_outputs(out_dir, outputs, fp.hashes)
+            write_provenance(out_dir, provenance)
+            fp.save()
+            keep_last_good(out_dir, [*outputs, out_dir / "provenance.json"])
+        except OSError as err:
+            # a full disk while finishing: nothing of this run counts (no claims, no record), the last
+            # good result stays as it was, and FAILED.json says which file could not be written
+            for path in (claims, output_notebook, params_file, out_dir / "provenance.json"):
+                path.unlink(missing_ok=True)
+            raise ChapterFailed(_fail(slug, scale, out_dir, _renamed(err, real), output_notebook, start=start)) from None
     return data
+
+
+def _renamed(err: OSError, real: dict, default: Path | None = None) -> OSError:
+    """``err`` naming the file the user knows (the output) instead of a scratch file; ``default``
+    when it names none (a failed ``write`` into an open file)."""
+    name = real.get(str(err.filename), err.filename) if err.filename else default
+    return OSError(err.errno, err.strerror or str(err), str(name) if name else None)
+
+
+def _fail(slug: str, scale: str, out_dir: Path, err: BaseException, output_notebook: Path, dst: Path | None = None,
+          start: float | None = None) -> str:
+    """Write ``FAILED.json`` (and ``failed.ipynb``) for a failed run; return the one-line message."""
+    message = None
+    if isinstance(err, OSError):
+        where = f": {err.filename}" if err.filename else ""
+        message = f"chapter {slug!r} could not write its outputs: {err.strerror or err}{where}"
+        err = ChapterFailed(message)
+    record = _failure_record(slug, scale, err)
+    if start is not None:
+        record["elapsed_s"] = round(time.perf_counter() - start, 2)
+    message = message or describe_failure(record)
+    try:
+        write_atomic(out_dir / "FAILED.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
+        if dst is not None and dst.is_file():
+            tmp = out_dir / ".failed.ipynb.tmp"
+            shutil.copyfile(dst, tmp)
+            os.replace(tmp, out_dir / "failed.ipynb")
+    except OSError as write_err:  # a full disk: say so in one line, leave no partial record
+        (out_dir / ".failed.ipynb.tmp").unlink(missing_ok=True)
+        message += f" (and the failure record could not be written: {write_err.strerror}: {write_err.filename})"
+    return message
 
 
 def keep_last_good(out_dir: Path, outputs: list[Path]) -> Path:
     """Copy a successful run's outputs to ``out_dir/last_good`` (replacing the previous copy whole)."""
     target = out_dir / LAST_GOOD
     tmp = Path(tempfile.mkdtemp(prefix=f".{LAST_GOOD}-", dir=out_dir))
-    for path in outputs:
-        if path.is_dir():
-            shutil.copytree(path, tmp / path.name)
-        elif path.is_file():
-            shutil.copy2(path, tmp / path.name)
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the copy is as readable as the outputs
+    try:
+        for path in outputs:
+            if path.is_dir():
+                shutil.copytree(path, tmp / path.name)
+            elif path.is_file():
+                shutil.copy2(path, tmp / path.name)
+    except OSError as err:  # a full disk: the previous copy stays whole; name the copy that failed
+        shutil.rmtree(tmp, ignore_errors=True)
+        failed = err.filename2 or err.filename  # shutil names the source first, the copy second
+        name = str(failed).replace(str(tmp), str(target)) if failed and str(tmp) in str(failed) else str(target)
+        raise OSError(err.errno, err.strerror or str(err), name) from None
     old = out_dir / f".{LAST_GOOD}-old"
     shutil.rmtree(old, ignore_errors=True)
     if target.exists():

@@ -156,6 +156,34 @@ def _keep_plan(key: str | None, plan: "Plan") -> None:
         pass
 
 
+def previous_book(index: Path) -> Path:
+    """Where a hard link to the book's ``index.html`` is kept while Snakemake runs (outside the html
+    folder, which Snakemake removes when it empties it)."""
+    return Path(index).parents[2] / ".index.html.previous"
+
+
+def keep_book(index: Path) -> None:
+    """At Snakemake's start: keep a hard link to the current ``index.html`` (Snakemake deletes a job's
+    output before it reruns the job, and again when the job fails)."""
+    index, previous = Path(index), previous_book(index)
+    if index.is_file():
+        previous.unlink(missing_ok=True)
+        os.link(index, previous)
+
+
+def restore_book(index: Path) -> bool:
+    """Put the previous book's ``index.html`` back when a failed book job left it deleted (a job
+    that failed before jupyter-book rewrote any page; see workflow/scripts/build_book.py); True when
+    it did. A kept link beside a present ``index.html`` is dropped."""
+    index, previous = Path(index), previous_book(index)
+    if index.is_file() or not previous.is_file():
+        previous.unlink(missing_ok=True)
+        return False
+    index.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(previous, index)
+    return True
+
+
 def last_run_seconds(path: Path) -> float | None:
     """The wall time Snakemake's benchmark file recorded for a job's last run."""
     try:

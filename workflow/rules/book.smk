@@ -35,3 +35,17 @@ rule book:
         "results/{scale}/benchmarks/book.tsv"
     script:
         "../scripts/build_book.py"
+
+
+onerror:
+    # a failed book job must not take the previous good book with it (Snakemake deleted its index.html)
+    from compendium.workflow import restore_book
+
+    if restore_book(PLAN.book_index()):
+        sys.stderr.write(f"compendium: the previous book is kept: {PLAN.book_index()}\n")
+
+
+onsuccess:
+    from compendium.workflow import restore_book
+
+    restore_book(PLAN.book_index())  # drops the kept link: the book is there

@@ -5,7 +5,7 @@ import os
 import sys
 
 from compendium.registry import RegistryError
-from compendium.workflow import Plan, stamp_path
+from compendium.workflow import Plan, keep_book, stamp_path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # no run touches the network
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -17,6 +17,7 @@ except RegistryError as err:
     raise SystemExit(2)
 if workflow.is_main_process:  # not again inside a cluster job, while other jobs write their outputs
     PLAN.refresh_stamps()
+    keep_book(PLAN.book_index())  # a failed book job puts it back (onerror, rules/book.smk)
 
 SCALE = PLAN.scale
 READY = [c.slug for c in PLAN.registry.ready]

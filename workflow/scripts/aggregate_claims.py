@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 from compendium.book import claims_frame
+from compendium import locks
 from compendium.workflow import Plan
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
+locks.hold_work()  # held while this job runs, even when the build that started it was killed
 out = Path(sm.output[0])
 tmp = out.with_name(f".{out.name}.tmp")
 try:

@@ -4,9 +4,19 @@ import json
 import sys
 from pathlib import Path
 
+from compendium import locks
 from compendium.execute import ChapterFailed, execute_chapter
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
+# held while this job runs, even when the build that started it was killed (compendium.locks)
+locks.hold_work()
+if "variant" not in sm.wildcards.keys():
+    try:
+        locks.hold(locks.paths.ROOT, f"execute-{sm.wildcards.scale}-{sm.wildcards.slug}",
+                   what=f"a run of {sm.wildcards.slug} ({sm.wildcards.scale})")
+    except locks.LockBusy as err:
+        print(f"\nERROR {err}\n", file=sys.stderr)
+        sys.exit(1)
 assets = [sm.input.assets] if isinstance(sm.input.assets, str) else list(sm.input.assets)
 
 with open(sm.log[0], "w", encoding="utf-8") as log:
