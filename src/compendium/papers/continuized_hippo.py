@@ -71,8 +71,8 @@ import scipy.special
 from ..stats import loglog_slope as _loglog_slope_estimate
 from ..validation import require_int as _require_int
 
-# Known limits of N^2 |omega_m - (N^2/c_m - c_m/6)| for m = 0..3 (research card, section 4).
-SECOND_ORDER_CONSTANTS = (0.606, 10.09, 44.37, 120.0)
+# Limits of N^2 |omega_m - (N^2/c_m - c_m/6)| for m = 0..3: c_m^3/90 + c_m/12 (see secular_omega).
+SECOND_ORDER_CONSTANTS = tuple(float(c**3 / 90.0 + c / 12.0) for c in (2 * np.arange(4) + 1) * np.pi)
 SECOND_ORDER_MAX_ORDER = 1024  # beyond this the remainder is below eigvalsh round-off
 EXPM_ORDERS = (8, 16, 32, 64)  # state sizes for the expm reference check
 EXPM_TIMES = (0.1, 0.7, 2.0)
@@ -276,6 +276,27 @@ def skew_eigenvalues(order: int, num_modes: int) -> np.ndarray:
     S, _ = legs_nplr(order)
     omega = scipy.linalg.eigh(-1j * S, eigvals_only=True, subset_by_index=[order - num_modes, order - 1])
     return omega[::-1].copy()  # descending: omega_0 > omega_1 > ...
+
+
+def secular_omega(order: int, mode: int, dps: int = 30) -> float:
+    """``omega_m(N)`` from the secular equation ``sum_{n<N} arctan((n + 1/2)/omega) = (2m+1) pi/2``.
+
+    Partial sums of ``w = D v`` obey ``Y_{n+1}/Y_n = (i omega - n - 1/2)/(i omega + n + 1/2)`` with
+    ``Y_N = -Y_0``; the phase condition is the equation above. Expanding the arctan in
+    ``1/omega`` gives ``omega_m = N^2/c_m - c_m/6 + (c_m^3/90 + c_m/12)/N^2 + O(N^-4)``.
+    Solved with mpmath ``findroot`` from the two-term law.
+    """
+    import mpmath
+
+    _check_order(order)
+    with mpmath.workdps(dps):
+        c = (2 * mode + 1) * mpmath.pi
+        half = mpmath.mpf(1) / 2
+
+        def f(w):
+            return mpmath.fsum(mpmath.atan((n + half) / w) for n in range(order)) - c / 2
+
+        return float(mpmath.findroot(f, order**2 / c - c / 6))
 
 
 def skew_eigs_asymptotic(order, mode, terms: int = 2):
