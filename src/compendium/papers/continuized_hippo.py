@@ -37,7 +37,7 @@ follow the two-term law (:func:`skew_eigs_asymptotic`)::
 
     omega_m(N) = N^2 / c_m - c_m / 6 + O(N^-2)
 
-The O(1) term ``-c_m/6`` is a conjecture read off the numerics, not derived. It is checked by an
+The O(1) term ``-c_m/6`` follows from the secular equation (:func:`secular_omega`). It is checked by an
 estimate that uses no reference constants (:func:`richardson_constant`): with
 ``d(N) = omega_m(N) - N^2/c_m = C_m + a_m N^-2 + O(N^-4)``, the Richardson combination
 ``(4 d(2N) - d(N)) / 3`` removes the ``N^-2`` term and estimates ``C_m`` to ``O(N^-4)``.
@@ -297,6 +297,21 @@ def secular_omega(order: int, mode: int, dps: int = 30) -> float:
             return mpmath.fsum(mpmath.atan((n + half) / w) for n in range(order)) - c / 2
 
         return float(mpmath.findroot(f, order**2 / c - c / 6))
+
+
+def richardson_predicted_deviation(order: int, mode: int, probe: int = 1024) -> float:
+    """Relative error ``|b_m| / (4 N^4) / (c_m/6)`` that the secular equation predicts for the
+    Richardson estimate from the pair ``(N, 2N)``, with ``b_m`` the ``N^-4`` coefficient of
+    ``omega_m`` measured at ``probe`` in 40-digit arithmetic (no eigensolver involved)."""
+    import mpmath
+
+    with mpmath.workdps(40):
+        c = (2 * mode + 1) * mpmath.pi
+        half = mpmath.mpf(1) / 2
+        w = mpmath.findroot(lambda x: mpmath.fsum(mpmath.atan((n + half) / x) for n in range(probe)) - c / 2,
+                            probe**2 / c - c / 6)
+        b = probe**4 * (w - probe**2 / c + c / 6 - (c**3 / 90 + c / 12) / probe**2)
+        return float(abs(b) / (4 * mpmath.mpf(order) ** 4) / (c / 6))
 
 
 def skew_eigs_asymptotic(order, mode, terms: int = 2):
