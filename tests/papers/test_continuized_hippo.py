@@ -275,3 +275,9 @@ def test_secular_equation_matches_eigh_and_constants():
     c = (2 * np.arange(4) + 1) * np.pi
     np.testing.assert_allclose(ch.SECOND_ORDER_CONSTANTS, (0.606, 10.09, 44.37, 120.0), rtol=2e-3)
     np.testing.assert_allclose(ch.SECOND_ORDER_CONSTANTS, c**3 / 90 + c / 12)
+
+
+def test_secular_expansion_gives_two_term_law_and_remainder():
+    from compendium.papers import continuized_hippo as ch
+
+    assert ch.secular_two_term_residual() == (0, 0)

@@ -580,3 +580,20 @@ def run(config: Config) -> Result:
         law_slopes=law_slopes,
         control_slopes=control_slopes,
     )
+
+
+def secular_two_term_residual():
+    """sympy: with ``omega = N^2/c + a + b/N^2``, the secular equation's arctan series
+    (terms to ``omega^-5``, power sums of ``n + 1/2`` in closed form) vanishes to ``O(N^-4)``
+    exactly when ``a = -c/6`` and ``b = c^3/90 + c/12``. Returns the residual solution (0, 0)."""
+    import sympy as sp
+
+    N, c, n, eps = sp.symbols("N c n epsilon", positive=True)
+    a, b = sp.symbols("a b", real=True)
+    omega = N**2 / c + a + b / N**2
+    total = sum((-1) ** k * sp.summation((n + sp.Rational(1, 2)) ** (2 * k + 1), (n, 0, N - 1)) / ((2 * k + 1) * omega ** (2 * k + 1))
+                for k in range(3))
+    expr = sp.expand(sp.series((total - c / 2).subs(N, 1 / eps), eps, 0, 5).removeO())
+    eqs = [sp.simplify(expr.coeff(eps, k)) for k in (2, 4)]
+    sol = sp.solve(eqs, [a, b], dict=True)[0]
+    return sp.simplify(sol[a] + c / 6), sp.simplify(sol[b] - (c**3 / 90 + c / 12))
