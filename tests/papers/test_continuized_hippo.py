@@ -262,3 +262,22 @@ def test_kernel_bound_holds_to_tau_16():
     taus = np.linspace(0, 16, 81)
     for n in (64, 128):
         assert n**2 * paper.convergence_errors(n, taus)[1] <= 1.0
+
+
+def test_secular_equation_matches_eigh_and_constants():
+    import numpy as np
+    from compendium.papers import continuized_hippo as ch
+
+    for order in (16, 64):
+        omega = ch.skew_eigenvalues(order, 4)
+        for m in range(4):
+            assert abs(ch.secular_omega(order, m) - omega[m]) < 1e-9
+    c = (2 * np.arange(4) + 1) * np.pi
+    np.testing.assert_allclose(ch.SECOND_ORDER_CONSTANTS, (0.606, 10.09, 44.37, 120.0), rtol=2e-3)
+    np.testing.assert_allclose(ch.SECOND_ORDER_CONSTANTS, c**3 / 90 + c / 12)
+
+
+def test_secular_expansion_gives_two_term_law_and_remainder():
+    from compendium.papers import continuized_hippo as ch
+
+    assert ch.secular_two_term_residual() == (0, 0)

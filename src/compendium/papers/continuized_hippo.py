@@ -37,7 +37,7 @@ follow the two-term law (:func:`skew_eigs_asymptotic`)::
 
     omega_m(N) = N^2 / c_m - c_m / 6 + O(N^-2)
 
-The O(1) term ``-c_m/6`` is a conjecture read off the numerics, not derived. It is checked by an
+The O(1) term ``-c_m/6`` follows from the secular equation (:func:`secular_omega`). It is checked by an
 estimate that uses no reference constants (:func:`richardson_constant`): with
 ``d(N) = omega_m(N) - N^2/c_m = C_m + a_m N^-2 + O(N^-4)``, the Richardson combination
 ``(4 d(2N) - d(N)) / 3`` removes the ``N^-2`` term and estimates ``C_m`` to ``O(N^-4)``.
@@ -71,8 +71,8 @@ import scipy.special
 from ..stats import loglog_slope as _loglog_slope_estimate
 from ..validation import require_int as _require_int
 
-# Known limits of N^2 |omega_m - (N^2/c_m - c_m/6)| for m = 0..3 (research card, section 4).
-SECOND_ORDER_CONSTANTS = (0.606, 10.09, 44.37, 120.0)
+# Limits of N^2 |omega_m - (N^2/c_m - c_m/6)| for m = 0..3: c_m^3/90 + c_m/12 (see secular_omega).
+SECOND_ORDER_CONSTANTS = tuple(float(c**3 / 90.0 + c / 12.0) for c in (2 * np.arange(4) + 1) * np.pi)
 SECOND_ORDER_MAX_ORDER = 1024  # beyond this the remainder is below eigvalsh round-off
 EXPM_ORDERS = (8, 16, 32, 64)  # state sizes for the expm reference check
 EXPM_TIMES = (0.1, 0.7, 2.0)
@@ -276,6 +276,42 @@ def skew_eigenvalues(order: int, num_modes: int) -> np.ndarray:
     S, _ = legs_nplr(order)
     omega = scipy.linalg.eigh(-1j * S, eigvals_only=True, subset_by_index=[order - num_modes, order - 1])
     return omega[::-1].copy()  # descending: omega_0 > omega_1 > ...
+
+
+def secular_omega(order: int, mode: int, dps: int = 30) -> float:
+    """``omega_m(N)`` from the secular equation ``sum_{n<N} arctan((n + 1/2)/omega) = (2m+1) pi/2``.
+
+    Partial sums of ``w = D v`` obey ``Y_{n+1}/Y_n = (i omega - n - 1/2)/(i omega + n + 1/2)`` with
+    ``Y_N = -Y_0``; the phase condition is the equation above. Expanding the arctan in
+    ``1/omega`` gives ``omega_m = N^2/c_m - c_m/6 + (c_m^3/90 + c_m/12)/N^2 + O(N^-4)``.
+    Solved with mpmath ``findroot`` from the two-term law.
+    """
+    import mpmath
+
+    _check_order(order)
+    with mpmath.workdps(dps):
+        c = (2 * mode + 1) * mpmath.pi
+        half = mpmath.mpf(1) / 2
+
+        def f(w):
+            return mpmath.fsum(mpmath.atan((n + half) / w) for n in range(order)) - c / 2
+
+        return float(mpmath.findroot(f, order**2 / c - c / 6))
+
+
+def richardson_predicted_deviation(order: int, mode: int, probe: int = 1024) -> float:
+    """Relative error ``|b_m| / (4 N^4) / (c_m/6)`` that the secular equation predicts for the
+    Richardson estimate from the pair ``(N, 2N)``, with ``b_m`` the ``N^-4`` coefficient of
+    ``omega_m`` measured at ``probe`` in 40-digit arithmetic (no eigensolver involved)."""
+    import mpmath
+
+    with mpmath.workdps(40):
+        c = (2 * mode + 1) * mpmath.pi
+        half = mpmath.mpf(1) / 2
+        w = mpmath.findroot(lambda x: mpmath.fsum(mpmath.atan((n + half) / x) for n in range(probe)) - c / 2,
+                            probe**2 / c - c / 6)
+        b = probe**4 * (w - probe**2 / c + c / 6 - (c**3 / 90 + c / 12) / probe**2)
+        return float(abs(b) / (4 * mpmath.mpf(order) ** 4) / (c / 6))
 
 
 def skew_eigs_asymptotic(order, mode, terms: int = 2):
@@ -544,3 +580,20 @@ def run(config: Config) -> Result:
         law_slopes=law_slopes,
         control_slopes=control_slopes,
     )
+
+
+def secular_two_term_residual():
+    """sympy: with ``omega = N^2/c + a + b/N^2``, the secular equation's arctan series
+    (terms to ``omega^-5``, power sums of ``n + 1/2`` in closed form) vanishes to ``O(N^-4)``
+    exactly when ``a = -c/6`` and ``b = c^3/90 + c/12``. Returns the residual solution (0, 0)."""
+    import sympy as sp
+
+    N, c, n, eps = sp.symbols("N c n epsilon", positive=True)
+    a, b = sp.symbols("a b", real=True)
+    omega = N**2 / c + a + b / N**2
+    total = sum((-1) ** k * sp.summation((n + sp.Rational(1, 2)) ** (2 * k + 1), (n, 0, N - 1)) / ((2 * k + 1) * omega ** (2 * k + 1))
+                for k in range(3))
+    expr = sp.expand(sp.series((total - c / 2).subs(N, 1 / eps), eps, 0, 5).removeO())
+    eqs = [sp.simplify(expr.coeff(eps, k)) for k in (2, 4)]
+    sol = sp.solve(eqs, [a, b], dict=True)[0]
+    return sp.simplify(sol[a] + c / 6), sp.simplify(sol[b] - (c**3 / 90 + c / 12))
