@@ -325,7 +325,7 @@ def part_page(registry: Registry, part_id: str, states: list[ChapterState]) -> s
 
 
 def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None = None,
-                   stability: dict | None = None) -> str:
+                   stability: dict | None = None, records: dict | None = None) -> str:
     """The verification dashboard: paper claims first, controls and implementation checks apart.
 
     ``fragile`` maps ``(slug, claim_id)`` to the reason recorded in expected_verdicts.yaml;
@@ -347,13 +347,14 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
         f"and the declared criterion, at the `{scale}` scale. Regenerated on every build from "
         f"`results/{scale}/*/claims.json` (also in `results/{scale}/claims.csv`).",
         "",
+        *_record_headline(states, scale, records),
         "Only **paper claims** count as reproduced. A *control* is a variant that must fail (or pass) "
         "the same criterion, so it shows that the check has power; a claim whose control misbehaved is "
         "*unsupported*. An *implementation* check tests our own code (identities, kernel = reference, "
         "anything true by construction) and is never counted as a reproduced claim. A measurement with "
         "an interval is *inconclusive* when the interval straddles the criterion.",
         "",
-        "## Paper claims",
+        f"## Paper claims (this build, `{scale}`)",
         "",
         "| reproduced | not reproduced | inconclusive | unsupported | not checkable |",
         "|---|---|---|---|---|",
@@ -412,6 +413,15 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
             )
     lines += provenance_section(states)
     return "\n".join(lines) + "\n"
+
+
+def _record_headline(states: list[ChapterState], scale: str, records: dict | None) -> list[str]:
+    """The recorded full-scale verdicts first (:mod:`compendium.recordview`); none without records."""
+    if records is None:
+        return []
+    from .recordview import dashboard_lines
+
+    return dashboard_lines(records, {st.entry.slug: st.entry.title for st in states}, scale)
 
 
 def _measured(value) -> str:
@@ -611,28 +621,37 @@ def stage_book(registry: Registry, scale: str, profile: str = "local", parameter
 
     from . import stability
 
+    from . import recordview
+
     sweeps = stability.load(scale)
+    records = recordview.record_states(registry)
     put("dashboard.md", dashboard_page(states, scale, fragile=fragile_claims(scale),
-                                       stability=stability.agreement(sweeps)))
+                                       stability=stability.agreement(sweeps), records=records))
     put("stability.md", stability.stability_page(sweeps, {c.slug: c.title for c in registry.chapters}))
     put("runtime.md", runtime_page(registry, states, scale, profile))
     for part in registry.parts:
         put(f"parts/{part.id}.md", part_page(registry, part.id, states))
     for st in states:
-        if st.state == "finished":
+        rs = records.get(st.entry.slug)
+        if rs is not None and rs.record is not None:  # the results of record, this build as the check
+            this = st.claims if st.state == "finished" else None
+            put(f"chapters/{st.entry.slug}.ipynb", stability.add_to_notebook(
+                recordview.recorded_page(rs, st.entry, st.state, this, scale), st.entry.slug, sweeps))
+        elif st.state == "finished":
             executed = paths.results_root() / scale / st.entry.slug / f"{st.entry.slug}.ipynb"
             put(f"chapters/{st.entry.slug}.ipynb",  # bookview: as a reader sees it; marked if stale
-                stability.add_to_notebook(annotate_notebook(chapter_view(executed, st.entry, scale), st),
-                                          st.entry.slug, sweeps))
+                recordview.add_note(stability.add_to_notebook(
+                    annotate_notebook(chapter_view(executed, st.entry, scale), st), st.entry.slug, sweeps), rs))
         elif st.state == "failed_last_good":  # the kept result, marked stale, with the failure on top
             from .provenance import LAST_GOOD
 
             kept = paths.results_root() / scale / st.entry.slug / LAST_GOOD / f"{st.entry.slug}.ipynb"
-            put(f"chapters/{st.entry.slug}.ipynb", annotate_notebook(chapter_view(kept, st.entry, scale), st))
+            put(f"chapters/{st.entry.slug}.ipynb",
+                recordview.add_note(annotate_notebook(chapter_view(kept, st.entry, scale), st), rs))
         elif st.state == "failed":
-            put(f"chapters/{st.entry.slug}.md", failed_page(st))
+            put(f"chapters/{st.entry.slug}.md", recordview.add_note_md(failed_page(st), rs))
         elif st.state == "not_run":
-            put(f"chapters/{st.entry.slug}.md", not_run_page(st))
+            put(f"chapters/{st.entry.slug}.md", recordview.add_note_md(not_run_page(st), rs))
     for f in sorted(src.rglob("*"), reverse=True):  # drop pages that are no longer generated
         if f.is_file() and f not in wanted:
             f.unlink()

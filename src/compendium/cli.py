@@ -7,6 +7,7 @@
     compendium asset NAME [--scale S]
     compendium verdicts [--scale S] [--compare]
     compendium status   [--scale S]
+    compendium record   [--scale full] [--only SLUG ...] [--current]
     compendium new SLUG
     compendium data verify
     compendium kernel
@@ -535,9 +536,36 @@ def cmd_status(args) -> int:
     not what was written: the next build reruns it) or missing; re-hashes every file, runs nothing."""
     from .provenance import status_report
 
+    from .evidence import status_all
+
     plan = _plan(args)
     for st in status_report(plan, rehash=True):
         print(st.line())
+    records = status_all(plan.registry, rehash=True)
+    for st in records:
+        print(st.line())
+    return 0
+
+
+def cmd_record(args) -> int:
+    """Copy finished, current runs into the evidence store (``evidence/<scale>/<slug>/``).
+
+    Every chapter asked for (all ready chapters without ``--only``) is checked first: a missing,
+    failed, stale or partial run, or one at another scale, is refused with one line and nothing is
+    written (exit 1). ``--current`` records the chapters that can be recorded and lists the others
+    (``make record``).
+    """
+    from .evidence import record_chapters
+
+    plan = _plan(args)
+    slugs = args.only or [c.slug for c in plan.registry.ready]
+    done, refused = record_chapters(plan.registry, plan.scale, plan.params, slugs, skip_refused=args.current)
+    for err in refused:
+        print(f"compendium: {'skipped' if args.current else 'refused'}: {err}", file=sys.stderr)
+    if refused and not args.current:
+        return 1
+    if args.current:
+        print(f"{len(done)} recorded, {len(refused)} skipped (no current run at scale {plan.scale})")
     return 0
 
 
@@ -655,6 +683,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="each chapter: current, stale (and what changed) or missing; runs nothing")
     common(p)
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("record", help="copy finished, current runs into the evidence store evidence/<scale>/")
+    common(p)
+    p.set_defaults(scale="full")
+    p.add_argument("--only", nargs="+", metavar="SLUG", help="record these chapters (default: every ready chapter)")
+    p.add_argument("--current", action="store_true",
+                   help="record every chapter whose run is current and list the others, instead of refusing")
+    p.set_defaults(func=cmd_record)
 
     p = sub.add_parser("verdicts", help="print the last run's verdicts as expected_verdicts.yaml entries")
     common(p)
