@@ -319,7 +319,8 @@ FIGURES = {
     "decisive": ("decisive_vs_cpu.png",
                  "Share of each chapter's checked paper claims decided pass or fail, against the chapter's "
                  "CPU seconds; one point per chapter, filled for a recorded full-scale run, open for this build."),
-    "reasons": ("not_checkable_reasons.png", "Paper claims not checkable on a CPU, by the category of the reason."),
+    "reasons": ("not_checkable_reasons.png",
+                "Paper claims not checkable on a CPU, by the category of the reason, stacked by part."),
 }
 _COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#f9a825", "unsupported": "#6a1b9a",
             "not_checkable": "#9e9e9e"}
@@ -331,6 +332,7 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from .plotting import save_figure
 
@@ -349,6 +351,7 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
             ax.barh([p.title for p in parts], values, left=left, color=_COLOURS[v], label=VERDICT_LABELS[v])
             left = [a + b for a, b in zip(left, values)]
         ax.invert_yaxis()
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("paper claims")
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SYNTHESIS_VERDICTS), frameon=False,
                   fontsize=8)
@@ -364,7 +367,12 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=36,
                            facecolors="#1565c0" if recorded else "none", edgecolors="#1565c0",
                            label="recorded full scale" if recorded else "this build")
-        ax.set_xscale("log")
+        if ax.collections:
+            from matplotlib.ticker import FuncFormatter
+
+            ax.set_xscale("log")
+            for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+                axis(FuncFormatter(lambda x, _pos: f"{x:g}"))
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("CPU seconds of the chapter (log scale)")
         ax.set_ylabel("share of checked claims decided")
@@ -373,14 +381,21 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
         written["decisive"] = save_figure(fig, out_dir / FIGURES["decisive"][0])
         plt.close(fig)
 
-        totals = {c: 0 for c in CATEGORIES}
+        by_part = {p.id: {c: 0 for c in CATEGORIES} for p in parts}
         for ch in chapters:
             for c, rows in not_checkable_by_category(ch.rows or []).items():
-                totals[c] += len(rows)
-        fig, ax = plt.subplots(figsize=(6.4, 3.0))
-        ax.barh(list(CATEGORIES), [totals[c] for c in CATEGORIES], color="#9e9e9e")
+                by_part[ch.part][c] += len(rows)
+        fig, ax = plt.subplots(figsize=(7.5, 3.2))
+        left = [0] * len(CATEGORIES)
+        colours = plt.get_cmap("tab10")
+        for i, p in enumerate(parts):
+            values = [by_part[p.id][c] for c in CATEGORIES]
+            ax.barh(list(CATEGORIES), values, left=left, color=colours(i % 10), label=p.title)
+            left = [a + b for a, b in zip(left, values)]
         ax.invert_yaxis()
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("paper claims not checkable")
+        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
         written["reasons"] = save_figure(fig, out_dir / FIGURES["reasons"][0])
         plt.close(fig)
     return written
@@ -497,7 +512,7 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
         lines.append(f"| {c} | {CATEGORY_LABELS[c]} | {len(by_cat[c])} | {len(chs)} |")
     lines += ["", *_figure("reasons", "synthesis-reasons-fig")]
     if n_nc:
-        lines += [":::{dropdown} Every claim not checkable, with its reason", "",
+        lines += [":::{admonition} Every claim not checkable, with its reason", ":class: dropdown", "",
                   "| chapter | claim | category | reason |", "|---|---|---|---|"]
         for c in CATEGORIES:
             for ch, r in by_cat[c]:
@@ -527,7 +542,7 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
               f"(their verdict varies with the seed or the machine); {len(rated)} of them state a flip rate "
               "over a seed sweep, shown as seeds where the verdict differs of seeds run.", ""]
     if fragile:
-        lines += [":::{dropdown} Every fragile row", "",
+        lines += [":::{admonition} Every fragile row", ":class: dropdown", "",
                   "| chapter | row | scale | recorded verdict | flip rate | reason |", "|---|---|---|---|---|---|"]
         for f in fragile:
             ch = titles.get(f["slug"])
