@@ -252,3 +252,25 @@ def test_toc_has_the_synthesis_part_after_the_last_part():
     assert captions[-2:] == ["Synthesis", "Back matter"]
     assert captions.index("Synthesis") == len(reg.parts) + 1
     assert toc(reg)["parts"][-2]["chapters"] == [{"file": "synthesis"}]
+
+
+def test_every_not_checkable_call_in_the_notebooks_names_a_category():
+    import ast
+
+    import jupytext
+
+    from compendium import paths
+
+    missing, seen = [], 0
+    for path in sorted(paths.NOTEBOOKS.glob("*/*.md")):
+        for cell in jupytext.read(path).cells:
+            if cell.cell_type != "code":
+                continue
+            source = "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "not_checkable":
+                    seen += 1
+                    category = next((k.value for k in node.keywords if k.arg == "category"), None)
+                    if not (isinstance(category, ast.Constant) and category.value in NOT_CHECKABLE_CATEGORIES):
+                        missing.append(f"{path.name}:{node.lineno}")
+    assert seen and missing == []
