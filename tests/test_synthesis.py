@@ -230,6 +230,8 @@ def test_page_and_figures_are_written(fixture_book, tmp_path):
     assert "| scale | model or run beyond a CPU budget | 1 | 1 |" in page
     assert "`broken-control` | control | inconclusive | `gated` |" in page
     assert "| 1 of 5 |" in page
+    assert "| **all parts** | 1 | 1 | 1 of 5 (20 %) |" in page
+    assert "decided either way 4 of 8 (50 %)" in page
     # the same inputs give the same bytes (the stager rewrites only what changed)
     again = {}
     sy.write_synthesis(reg, "smoke", lambda rel, c: again.__setitem__(rel, c), evidence_root=ev, results_root=res,

@@ -464,12 +464,11 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
         "",
         "## Verdicts of paper claims",
         "",
-        f"Over the book, {n_claims} paper claims are listed in the ledgers; {checked} were checked, "
-        f"{nc} are not checkable here and {total['timed']} wall-clock rows are counted apart. Of the "
-        f"checked claims, {total['claims']['pass']} are reproduced, {total['claims']['fail']} not "
-        f"reproduced, {total['claims']['inconclusive']} inconclusive and {total['claims']['unsupported']} "
-        f"unsupported (a control or precondition misbehaved): {decided} of {checked} ({_pct(decided, checked)}) "
-        "are decided either way.",
+        f"Over the book: paper claims listed in the ledgers {n_claims}; checked {checked}; not checkable "
+        f"here {nc}; wall-clock rows, counted apart, {total['timed']}. Of the checked claims: reproduced "
+        f"{total['claims']['pass']}, not reproduced {total['claims']['fail']}, inconclusive "
+        f"{total['claims']['inconclusive']}, unsupported (a control or precondition misbehaved) "
+        f"{total['claims']['unsupported']}; decided either way {decided} of {checked} ({_pct(decided, checked)}).",
         "",
     ]
     lines += _verdict_table("part", [(escape(p.title), per_part[p.id]["claims"]) for p in parts]
@@ -504,8 +503,8 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
             by_cat[c] += [(ch, r) for r in rows]
     n_nc = sum(len(v) for v in by_cat.values())
     lines += ["## Claims not checkable on a CPU", "",
-              f"{n_nc} paper claims are declared not checkable, each with its reason; the reasons are "
-              "grouped by the category the chapter gave them.", "",
+              f"Paper claims declared not checkable, each with its reason: {n_nc}. The reasons are grouped by "
+              "the category the chapter gave them.", "",
               "| category | what it means | claims | chapters |", "|---|---|---|---|"]
     for c in CATEGORIES:
         chs = sorted({ch.slug for ch, _ in by_cat[c]})
@@ -524,8 +523,8 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
     failures = [(ch, g) for ch in present for g in gate_failures(ch.rows)]
     n_gates = sum(ch.counts["roles"].get(r, 0) for ch in present for r in GATE_ROLES)
     lines += ["## Preconditions and controls that did not behave", "",
-              f"Of {n_gates} precondition and control rows, {len(failures)} did not behave (verdict other "
-              "than pass). A claim that names one of them is reported as unsupported (in a ledger of "
+              f"Precondition and control rows: {n_gates}; of these, not behaving (verdict other than pass): "
+              f"{len(failures)}. A claim that names one of them is reported as unsupported (in a ledger of "
               "version 3 whatever its own verdict, in version 2 when it would otherwise pass).", ""]
     if failures:
         lines += ["| chapter | row | role | verdict | claims it gates |", "|---|---|---|---|---|"]
@@ -536,11 +535,20 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
 
     # fragile
     titles = {ch.slug: ch for ch in chapters}
-    rated = [f for f in fragile if f["seeds"]]
     lines += ["## Fragile rows", "",
-              f"{len(fragile)} rows are recorded as fragile in `workflow/config/expected_verdicts.yaml` "
-              f"(their verdict varies with the seed or the machine); {len(rated)} of them state a flip rate "
-              "over a seed sweep, shown as seeds where the verdict differs of seeds run.", ""]
+              "Rows recorded as fragile in `workflow/config/expected_verdicts.yaml` have a verdict that varies "
+              "with the seed or the machine. Their reason states the flip rate of a seed sweep where one was "
+              "run: the seeds at which the verdict differs, of the seeds run. The pooled rate is the sum of "
+              "those seeds over the sum of seeds run.", "",
+              "| part | fragile rows | with a stated flip rate | pooled flip rate |", "|---|---|---|---|"]
+    part_of = {ch.slug: ch.part for ch in chapters}
+    for pid, title in [*((p.id, escape(p.title)) for p in parts), (None, "**all parts**")]:
+        mine = [f for f in fragile if pid is None or part_of.get(f["slug"]) == pid]
+        mine_rated = [f for f in mine if f["seeds"]]
+        k, n = sum(f["flips"] for f in mine_rated), sum(f["seeds"] for f in mine_rated)
+        rate = f"{k} of {n} ({_pct(k, n)})" if n else "–"
+        lines.append(f"| {title} | {len(mine)} | {len(mine_rated)} | {rate} |")
+    lines.append("")
     if fragile:
         lines += [":::{admonition} Every fragile row", ":class: dropdown", "",
                   "| chapter | row | scale | recorded verdict | flip rate | reason |", "|---|---|---|---|---|---|"]
@@ -555,7 +563,7 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
     # cost vs decisiveness
     costed = [ch for ch in present if ch.cpu_seconds]
     lines += ["## CPU cost and how decisive each chapter is", "",
-              f"CPU seconds are known for {len(costed)} of {len(present)} chapters with a result (the "
+              f"Chapters with a result whose CPU seconds are known: {len(costed)} of {len(present)} (the "
               "record's timing, else this build's Snakemake benchmark). A chapter's decided share is the "
               "share of its checked paper claims whose verdict is pass or fail.", "",
               *_figure("decisive", "synthesis-decisive-fig"),
