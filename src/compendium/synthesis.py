@@ -329,9 +329,7 @@ _COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#f9a825", "un
 def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> dict[str, Path]:
     """Write the page's figures (PNG, Agg) into ``out_dir``; return ``{name: path}``."""
     import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, PNG through Agg
     from matplotlib.ticker import MaxNLocator
 
     from .plotting import save_figure
@@ -343,8 +341,9 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
     for ch in chapters:
         _add(per_part[ch.part], ch.counts)
 
-    with plt.rc_context({"figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight", "font.size": 10}):
-        fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(len(parts), 2) + 1.2))
+    with matplotlib.rc_context({"figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight", "font.size": 10}):
+        fig = Figure(figsize=(7.5, 0.55 * max(len(parts), 2) + 1.2))
+        ax = fig.subplots()
         left = [0] * len(parts)
         for v in SYNTHESIS_VERDICTS:
             values = [per_part[p.id]["claims"][v] for p in parts]
@@ -356,9 +355,9 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SYNTHESIS_VERDICTS), frameon=False,
                   fontsize=8)
         written["verdicts"] = save_figure(fig, out_dir / FIGURES["verdicts"][0])
-        plt.close(fig)
 
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.subplots()
         for recorded, marker in ((True, "o"), (False, "o")):
             pts = [(ch.cpu_seconds, decisiveness(ch.counts)) for ch in chapters
                    if ch.rows is not None and ch.from_record is recorded and ch.cpu_seconds]
@@ -371,23 +370,23 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
             from matplotlib.ticker import FuncFormatter
 
             ax.set_xscale("log")
-            for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
-                axis(FuncFormatter(lambda x, _pos: f"{x:g}"))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+            ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _pos: f"{x:g}" if f"{x:.0e}"[0] in "25" else ""))
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("CPU seconds of the chapter (log scale)")
         ax.set_ylabel("share of checked claims decided")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(frameon=False)
         written["decisive"] = save_figure(fig, out_dir / FIGURES["decisive"][0])
-        plt.close(fig)
 
         by_part = {p.id: {c: 0 for c in CATEGORIES} for p in parts}
         for ch in chapters:
             for c, rows in not_checkable_by_category(ch.rows or []).items():
                 by_part[ch.part][c] += len(rows)
-        fig, ax = plt.subplots(figsize=(7.5, 3.2))
+        fig = Figure(figsize=(7.5, 3.2))
+        ax = fig.subplots()
         left = [0] * len(CATEGORIES)
-        colours = plt.get_cmap("tab10")
+        colours = matplotlib.colormaps["tab10"]
         for i, p in enumerate(parts):
             values = [by_part[p.id][c] for c in CATEGORIES]
             ax.barh(list(CATEGORIES), values, left=left, color=colours(i % 10), label=p.title)
@@ -397,7 +396,6 @@ def write_figures(chapters: list[ChapterEvidence], registry, out_dir: Path) -> d
         ax.set_xlabel("paper claims not checkable")
         ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
         written["reasons"] = save_figure(fig, out_dir / FIGURES["reasons"][0])
-        plt.close(fig)
     return written
 
 
