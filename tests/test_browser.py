@@ -1,6 +1,6 @@
 """The built book as a reader sees it, in headless Chromium served on loopback.
 
-Checks the introduction, dashboard, runtime page and every chapter: no console errors, no
+Checks the introduction, dashboard, runtime page, synthesis chapter and every chapter: no console errors, no
 request leaving loopback, math typeset by the MathJax the book serves itself, every image
 loads, figures described, headings in order, no build path or bookkeeping repr (``PosixPath(``,
 ``<Figure size``, a folder of the building machine), the claims table with one badge per claim, the
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not bc.browser_available(),
                                                   reason="needs chromium, chromedriver and selenium")]
 REGISTRY = load_registry()
 REPO = Path(__file__).resolve().parents[1]
-PAGES = (["intro.html", "dashboard.html", "stability.html", "runtime.html"]
+PAGES = (["intro.html", "dashboard.html", "stability.html", "runtime.html", "synthesis.html"]
          + [f"chapters/{c.slug}.html" for c in REGISTRY.ready])
 
 

@@ -81,12 +81,13 @@ def pdf_text(pdf):
 
 
 @pytest.mark.e2e
-def test_pdf_holds_every_chapter_the_dashboard_a_figure_and_typeset_math(pdf_text):
+def test_pdf_holds_every_chapter_the_dashboard_the_synthesis_a_figure_and_typeset_math(pdf_text):
     reader, text = pdf_text
     flat = _squash(text)
     missing = [c.title for c in REGISTRY.ready if _squash(c.title) not in flat]
     assert missing == [], f"chapter titles missing from the PDF: {missing}"
     assert _squash("Verification dashboard") in flat
+    assert _squash("What reproduces at small scale") in flat
     images = sum(_image_xobjects(page) for page in reader.pages)
     assert images >= 1, "no figure (image XObject) in the PDF"
     raw = [d for d in ("$$", "\\(", "\\[", "\\begin{") if d in text]

@@ -303,6 +303,7 @@ def toc(registry: Registry) -> dict:
         chapters = [{"file": f"parts/{part.id}"}]
         chapters += [{"file": f"chapters/{c.slug}"} for c in registry.chapters if c.part == part.id and c.ready]
         parts.append({"caption": part.title, "chapters": chapters})
+    parts.append({"caption": "Synthesis", "chapters": [{"file": "synthesis"}]})
     parts.append({"caption": "Back matter", "chapters": [{"file": "bibliography"}]})
     return {"format": "jb-book", "root": "intro", "parts": parts}
 
@@ -353,6 +354,8 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
         "*unsupported*. An *implementation* check tests our own code (identities, kernel = reference, "
         "anything true by construction) and is never counted as a reproduced claim. A measurement with "
         "an interval is *inconclusive* when the interval straddles the criterion.",
+        "",
+        "What reproduces per part and across the book, from the recorded evidence where it exists: {ref}`synthesis`.",
         "",
         f"## Paper claims (this build, `{scale}`)",
         "",
@@ -629,6 +632,11 @@ def stage_book(registry: Registry, scale: str, profile: str = "local", parameter
                                        stability=stability.agreement(sweeps), records=records))
     put("stability.md", stability.stability_page(sweeps, {c.slug: c.title for c in registry.chapters}))
     put("runtime.md", runtime_page(registry, states, scale, profile))
+    # --- synthesis chapter: synthesis.md and synthesis/*.png (compendium.synthesis) ---
+    from .synthesis import write_synthesis
+
+    write_synthesis(registry, scale, put)
+    # --- end synthesis chapter ---
     for part in registry.parts:
         put(f"parts/{part.id}.md", part_page(registry, part.id, states))
     for st in states:

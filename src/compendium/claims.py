@@ -52,6 +52,7 @@ __all__ = [
     "KINDS",
     "ROLES",
     "VERDICTS",
+    "NOT_CHECKABLE_CATEGORIES",
     "Estimate",
     "Criterion",
     "Claim",
@@ -79,6 +80,11 @@ __all__ = [
 KINDS = ("symbolic", "exact", "statistical", "directional", "ratio")
 ROLES = ("claim", "control", "implementation")
 VERDICTS = ("pass", "fail", "inconclusive", "unsupported", "not_checkable")
+#: Why a claim cannot be checked here: the model or run is beyond a CPU budget (``scale``), the
+#: data or benchmark is not available offline (``data``), it needs a robot, sensor or GPU-specific
+#: hardware (``hardware``), a human study or judge (``human``), something outside this project such
+#: as proprietary models, unpublished code or text we do not have (``external``), or no reason given.
+NOT_CHECKABLE_CATEGORIES = ("scale", "data", "hardware", "human", "external", "unspecified")
 SCHEMA_VERSION = 2
 
 
@@ -344,6 +350,7 @@ class Claim:
     controls: tuple = ()
     min_effect: Any = None
     computed_verdict: str = ""
+    category: str = ""  # not_checkable rows only: one of NOT_CHECKABLE_CATEGORIES
 
     @property
     def passed(self) -> bool:
@@ -365,6 +372,7 @@ class Claim:
             "note": self.note,
             "details": {k: _jsonable(v) for k, v in sorted(self.details.items())},
             "volatile": self.volatile,
+            **({"category": self.category} if self.category else {}),
         }
 
 
@@ -547,10 +555,17 @@ class Ledger:
         self._rows.append(claim)
         return claim
 
-    def not_checkable(self, claim_id: str, statement: str, *, reason: str, paper_value: Any = None) -> Claim:
-        """Record a paper claim this chapter cannot test, with the reason said plainly."""
+    def not_checkable(self, claim_id: str, statement: str, *, reason: str, paper_value: Any = None,
+                      category: str = "unspecified") -> Claim:
+        """Record a paper claim this chapter cannot test, with the reason said plainly.
+
+        ``category`` groups the reason (one of :data:`NOT_CHECKABLE_CATEGORIES`) for the synthesis.
+        """
         if not reason:
             raise ValueError("not_checkable needs a reason")
+        if category not in NOT_CHECKABLE_CATEGORIES:
+            raise ValueError(f"not_checkable {claim_id!r}: category must be one of {NOT_CHECKABLE_CATEGORIES}, "
+                             f"got {category!r}")
         claim = Claim(
             id=self._new_id(claim_id),
             statement=statement,
@@ -560,6 +575,7 @@ class Ledger:
             paper_value=paper_value,
             note=reason,
             computed_verdict="not_checkable",
+            category=category,
         )
         self._rows.append(claim)
         return claim
