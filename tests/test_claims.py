@@ -142,7 +142,7 @@ def test_volatile_claims_are_flagged_and_masked():
     def make(seconds):
         ledger = Ledger("demo")
         ledger.check("exact", "closed form", role="claim", kind="exact", measured=1e-12, criterion=at_most(1e-10))
-        ledger.check("speed", "faster than the baseline", role="claim", kind="ratio", measured=seconds,
+        ledger.check("speed", "faster than the baseline", role="timing", kind="ratio", measured=seconds,
                      criterion=at_least(1.3), volatile=True)
         return ledger.to_dict()
 
@@ -199,7 +199,7 @@ def test_role_is_required_and_checked():
         ledger.check("a", "s", kind="exact", measured=1.0, criterion=at_most(2.0))
     with pytest.raises(ValueError, match="role"):
         ledger.check("a", "s", role="proof", kind="exact", measured=1.0, criterion=at_most(2.0))
-    with pytest.raises(ValueError, match="only claims name controls"):
+    with pytest.raises(ValueError, match="only claims and hypotheses name controls"):
         ledger.check("b", "s", role="control", kind="exact", measured=1.0, criterion=at_most(2.0), controls=["a"])
 
 
@@ -265,25 +265,17 @@ def test_html_shows_roles_intervals_and_the_headline():
     assert "paper claims: 0 reproduced, 0 not reproduced, 1 inconclusive" in html
 
 
-def test_either_and_on_point_read_an_or_rule():
-    # "p < 0.05 or rho <= -0.5": the interval part or the point part
-    from compendium.claims import either, on_point
+def test_on_point_reads_a_rule_stated_on_the_point():
+    from compendium.claims import on_point
 
-    rule = either(less_than(0.0), on_point(at_most(-0.5)))
-    assert rule.text == "< 0 or point ≤ -0.5"
-    assert rule.decide(Estimate(-0.3, -0.5, -0.1, 0.9, "m", 10)) == "pass"       # interval below 0
-    assert rule.decide(Estimate(-0.6, -0.9, 0.1, 0.9, "m", 10)) == "pass"        # point alone
-    assert rule.decide(Estimate(-0.2, -0.6, 0.2, 0.9, "m", 10)) == "inconclusive"
-    assert rule.decide(Estimate(0.2, 0.05, 0.4, 0.9, "m", 10)) == "fail"
-    assert rule.decide(-0.7) == "pass" and rule.decide(0.1) == "fail" and not rule.evaluate(float("nan"))
     assert on_point(at_most(0.0)).decide(Estimate(-0.1, -0.5, 0.5, 0.9, "m", 10)) == "pass"
-    assert rule.to_dict()["args"][1] == {"op": "on_point", "args": [{"op": "at_most", "args": [-0.5], "text": "≤ -0.5"}],
-                                          "text": "point ≤ -0.5"}
+    assert on_point(at_most(-0.5)).to_dict() == {"op": "on_point", "args": [{"op": "at_most", "args": [-0.5],
+                                                                              "text": "≤ -0.5"}], "text": "point ≤ -0.5"}
     with pytest.raises(ValueError):
-        either(less_than(0.0))
-    with pytest.raises(ValueError):
-        on_point(rule)
-    ledger = Ledger("demo")
-    c = ledger.check("or-rule", "rho < 0 or rho <= -0.5", role="claim", kind="statistical",
-                     measured=Estimate(-0.6, -0.9, 0.1, 0.9, "m", 10), criterion=rule, min_effect=0.0)
-    assert c.verdict == "pass" and c.criterion == rule.text
+        on_point(on_point(at_most(0.0)))
+
+
+def test_either_is_removed():
+    import compendium.claims as claims
+
+    assert not hasattr(claims, "either") and "either" not in claims.__all__
