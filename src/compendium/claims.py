@@ -722,6 +722,8 @@ class Ledger:
             row_p = float(measured.p_value)
         if row_p is None and criterion.alpha is not None:
             row_p = _as_number(measured)
+        if row_p is not None and not 0 <= row_p <= 1:  # NaN or not a p-value: nothing to adjust
+            row_p = None
         if family is not None:
             if not isinstance(family, str) or not family:
                 raise ValueError(f"{where}: family must be a non-empty name, got {family!r}")
