@@ -589,10 +589,13 @@ class Ledger:
             Short stable identifier, unique within the chapter (used by expected_verdicts.yaml).
         statement : str
             What is checked, in our words.
-        role : {'claim', 'control', 'implementation'}
+        role : {'claim', 'hypothesis', 'precondition', 'control', 'implementation', 'timing'}
             What the row is evidence for (required). Only ``claim`` rows count as the paper's
             claims; a ``control`` passes when it behaved as a control must (a variant that must
-            fail the claim's test does fail it, ...); ``implementation`` rows check our own code.
+            fail the claim's test does fail it, ...); a ``precondition`` passes when the trained
+            model beats a trivial baseline by the declared margin; ``hypothesis`` rows are our own
+            conjectures (gated like claims); ``implementation`` rows check our own code;
+            ``timing`` rows are wall-clock measurements, never counted as claims.
         kind : {'symbolic', 'exact', 'statistical', 'directional', 'ratio'}
         measured :
             A number, a boolean, a sympy expression (``symbolic``), or a
@@ -600,11 +603,13 @@ class Ledger:
         criterion : Criterion
             Declared before the measurement is seen (``at_most(1e-10)``, ``within(-2.2, -1.8)``, ...).
         controls : list of str
-            For claims: ids of the control rows that show this check has power. A claim that
-            passes while a control did not behave is reported as ``unsupported``.
+            For claims and hypotheses: ids of the control rows that show this check has power. A
+            row whose control did not behave is ``unsupported``, whatever its own verdict.
         min_effect : float, optional
-            The smallest effect of interest that the criterion encodes (fixed in advance);
-            required for directional and statistical claims measured by an estimate.
+            The smallest effect of interest that the criterion encodes (fixed in advance); it must
+            equal the criterion's threshold (either end of ``within``, the tolerance of
+            ``close_to``, the margin of ``equivalent_within``). Required for directional and
+            statistical claims measured by an estimate.
         paper_value :
             The paper's number where it gives one for *this* comparison.
         note, details :
