@@ -142,7 +142,7 @@ def test_volatile_claims_are_flagged_and_masked():
     def make(seconds):
         ledger = Ledger("demo")
         ledger.check("exact", "closed form", role="claim", kind="exact", measured=1e-12, criterion=at_most(1e-10))
-        ledger.check("speed", "faster than the baseline", role="claim", kind="ratio", measured=seconds,
+        ledger.check("speed", "faster than the baseline", role="timing", kind="ratio", measured=seconds,
                      criterion=at_least(1.3), volatile=True)
         return ledger.to_dict()
 
@@ -199,7 +199,7 @@ def test_role_is_required_and_checked():
         ledger.check("a", "s", kind="exact", measured=1.0, criterion=at_most(2.0))
     with pytest.raises(ValueError, match="role"):
         ledger.check("a", "s", role="proof", kind="exact", measured=1.0, criterion=at_most(2.0))
-    with pytest.raises(ValueError, match="only claims name controls"):
+    with pytest.raises(ValueError, match="only claims and hypotheses name controls"):
         ledger.check("b", "s", role="control", kind="exact", measured=1.0, criterion=at_most(2.0), controls=["a"])
 
 
@@ -265,25 +265,191 @@ def test_html_shows_roles_intervals_and_the_headline():
     assert "paper claims: 0 reproduced, 0 not reproduced, 1 inconclusive" in html
 
 
-def test_either_and_on_point_read_an_or_rule():
-    # "p < 0.05 or rho <= -0.5": the interval part or the point part
-    from compendium.claims import either, on_point
+def test_on_point_reads_a_rule_stated_on_the_point():
+    from compendium.claims import on_point
 
-    rule = either(less_than(0.0), on_point(at_most(-0.5)))
-    assert rule.text == "< 0 or point ≤ -0.5"
-    assert rule.decide(Estimate(-0.3, -0.5, -0.1, 0.9, "m", 10)) == "pass"       # interval below 0
-    assert rule.decide(Estimate(-0.6, -0.9, 0.1, 0.9, "m", 10)) == "pass"        # point alone
-    assert rule.decide(Estimate(-0.2, -0.6, 0.2, 0.9, "m", 10)) == "inconclusive"
-    assert rule.decide(Estimate(0.2, 0.05, 0.4, 0.9, "m", 10)) == "fail"
-    assert rule.decide(-0.7) == "pass" and rule.decide(0.1) == "fail" and not rule.evaluate(float("nan"))
     assert on_point(at_most(0.0)).decide(Estimate(-0.1, -0.5, 0.5, 0.9, "m", 10)) == "pass"
-    assert rule.to_dict()["args"][1] == {"op": "on_point", "args": [{"op": "at_most", "args": [-0.5], "text": "≤ -0.5"}],
-                                          "text": "point ≤ -0.5"}
+    assert on_point(at_most(-0.5)).to_dict() == {"op": "on_point", "args": [{"op": "at_most", "args": [-0.5],
+                                                                              "text": "≤ -0.5"}], "text": "point ≤ -0.5"}
     with pytest.raises(ValueError):
-        either(less_than(0.0))
-    with pytest.raises(ValueError):
-        on_point(rule)
+        on_point(on_point(at_most(0.0)))
+
+
+def test_either_is_removed():
+    import compendium.claims as claims
+
+    assert not hasattr(claims, "either") and "either" not in claims.__all__
+
+
+# ---------------------------------------------------------------------------- v3: gates, equivalence, refusals
+from compendium.claims import chapter_badge, equivalent_within, summarize  # noqa: E402
+from compendium.stats import tost  # noqa: E402
+
+
+def _gated(ctrl_measured, pre_measured=0.9, own=_est(0.2, 0.4)):
     ledger = Ledger("demo")
-    c = ledger.check("or-rule", "rho < 0 or rho <= -0.5", role="claim", kind="statistical",
-                     measured=Estimate(-0.6, -0.9, 0.1, 0.9, "m", 10), criterion=rule, min_effect=0.0)
-    assert c.verdict == "pass" and c.criterion == rule.text
+    ledger.check("claim", "beats", role="claim", kind="directional", measured=own, criterion=greater_than(0),
+                 min_effect=0, controls=["ctrl"], preconditions=["floor"], primary=True)
+    ledger.check("ctrl", "shuffled does not beat", role="control", kind="exact", measured=ctrl_measured,
+                 criterion=at_most(0.05))
+    ledger.check("floor", "model beats chance by 0.1", role="precondition", kind="exact", measured=pre_measured,
+                 criterion=at_least(0.6))
+    return ledger
+
+
+def test_gates_pass_through_when_every_linked_row_passed():
+    row = _gated(0.0)["claim"]
+    assert row.verdict == "pass" and row.gates == ()
+
+
+@pytest.mark.parametrize("own", [_est(0.2, 0.4), _est(-0.4, -0.2), _est(-0.1, 0.3)])
+def test_a_failed_control_gates_pass_fail_and_inconclusive_alike(own):
+    row = _gated(0.5, own=own)["claim"]
+    assert row.verdict == "unsupported" and row.computed_verdict in ("pass", "fail", "inconclusive")
+    assert row.gates == ({"id": "ctrl", "link": "control", "role": "control", "verdict": "fail"},)
+
+
+def test_a_failed_precondition_makes_the_claim_unsupported(tmp_path):
+    ledger = _gated(0.0, pre_measured=0.5, own=_est(-0.4, -0.2))
+    row = ledger["claim"]
+    assert row.verdict == "unsupported" and row.computed_verdict == "fail"
+    assert row.gates[0]["link"] == "precondition" and "precondition floor (fail)" in row.note
+    data = json.loads(ledger.save(tmp_path / "c.json").read_text())
+    jsonschema.validate(data, json.loads(paths.CLAIMS_SCHEMA.read_text()))
+    assert data["schema_version"] == 3 and data["badge"] == "unsupported" and data["primary"] == "claim"
+    assert data["summary"]["precondition"]["fail"] == 1 and data["summary"]["claim"]["unsupported"] == 1
+
+
+def test_requires_is_judged_only_when_the_required_row_passed():
+    ledger = Ledger("demo")
+    ledger.check("changes", "changes the output", role="claim", kind="exact", measured=0.0, criterion=at_least(0.1))
+    ledger.check("fidelity", "keeps fidelity", role="claim", kind="exact", measured=0.0, criterion=at_most(0.1),
+                 requires=["changes"])
+    ledger.check("after", "depends on fidelity", role="hypothesis", kind="exact", measured=0.0,
+                 criterion=at_most(0.1), requires=["fidelity"])
+    assert ledger["fidelity"].verdict == "unsupported" and ledger["fidelity"].computed_verdict == "pass"
+    assert ledger["after"].gates[0] == {"id": "fidelity", "link": "requires", "role": "claim",
+                                        "verdict": "unsupported"}
+    ok = Ledger("demo")
+    ok.check("changes", "changes", role="claim", kind="exact", measured=0.5, criterion=at_least(0.1))
+    ok.check("fidelity", "keeps", role="claim", kind="exact", measured=0.0, criterion=at_most(0.1), requires=["changes"])
+    assert ok["fidelity"].verdict == "pass"
+
+
+def test_links_are_validated_at_save(tmp_path):
+    ledger = Ledger("demo")
+    ledger.check("claim", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1), preconditions=["ctrl"])
+    ledger.check("ctrl", "s", role="control", kind="exact", measured=0.0, criterion=at_most(1))
+    with pytest.raises(ValueError, match="as a precondition, but its role is 'control'"):
+        ledger.save(tmp_path / "x.json")
+    with pytest.raises(ValueError, match="only claims and hypotheses name requires"):
+        ledger.check("c2", "s", role="control", kind="exact", measured=0.0, criterion=at_most(1), requires=["claim"])
+
+
+def test_equivalent_within_decides_by_tost():
+    crit = equivalent_within(0.1)
+    assert crit.decide(Estimate(0.01, -0.05, 0.07, 0.9, "m", 10)) == "pass"
+    assert crit.decide(Estimate(0.3, 0.15, 0.45, 0.9, "m", 10)) == "fail"
+    assert crit.decide(Estimate(-0.3, -0.45, -0.1, 0.9, "m", 10)) == "fail"
+    # a wide interval that contains 0 is not evidence of no effect
+    assert crit.decide(Estimate(0.0, -0.5, 0.5, 0.9, "m", 10)) == "inconclusive"
+    rng = np.random.default_rng(0)
+    close = tost(rng.normal(0, 0.01, 30), margin=0.1, unit="m")
+    assert close.equivalent and crit.decide(close) == "pass"
+    far = tost(rng.normal(1.0, 0.01, 30), margin=0.1, unit="m")
+    assert crit.decide(far) == "fail"
+    assert crit.decide(0.05) == "pass" and crit.decide(0.2) == "fail"
+    with pytest.raises(ValueError):
+        equivalent_within(0)
+    ledger = Ledger("demo")
+    row = ledger.check("same", "no harm", role="claim", kind="statistical", measured=close, criterion=crit,
+                       min_effect=0.1, family="harm")
+    assert row.verdict == "pass" and row.p_value == pytest.approx(close.p_value)
+    assert json.loads(ledger.to_json())["claims"][0]["measured"]["margin"] == 0.1
+
+
+@pytest.mark.parametrize("criterion,min_effect,ok", [
+    (at_least(0.05), 0.05, True), (less_than(-0.1), 0.1, True), (at_most(0.0), 0.5, False),
+    (at_least(3), 0, False), (within(-0.2, 0.3), 0.3, True), (within(-0.2, 0.3), 0.25, False),
+    (close_to(1.0, abs=0.2), 0.2, True), (close_to(1.0, abs=0.2), 1.0, False),
+    (equivalent_within(0.1), 0.1, True), (is_true(), 0.1, False),
+])
+def test_min_effect_must_equal_the_criterion_threshold(criterion, min_effect, ok):
+    ledger = Ledger("demo")
+    record = lambda: ledger.check("row", "s", role="claim", kind="directional",  # noqa: E731
+                                  measured=True if criterion.op == "is_true" else _est(0.1, 0.3),
+                                  criterion=criterion, min_effect=min_effect)
+    if ok:
+        record()
+    else:
+        with pytest.raises(ValueError, match="demo: row 'row' \\(rule min-effect\\)"):
+            record()
+
+
+def test_zero_width_estimates_are_refused_unless_exact():
+    ledger = Ledger("demo")
+    with pytest.raises(ValueError, match="rule zero-width"):
+        ledger.check("z", "s", role="claim", kind="statistical", measured=Estimate(0.0, 0.0, 0.0, 0.95, "m", 5),
+                     criterion=greater_than(-0.1), min_effect=0.1)
+    row = ledger.check("z", "s", role="claim", kind="statistical", measured=Estimate(0.0, 0.0, 0.0, 0.95, "m", 5),
+                       criterion=greater_than(-0.1), min_effect=0.1, exact=True)
+    assert row.exact and row.verdict == "pass"
+    # exact kinds may carry a point interval
+    ledger.check("e", "s", role="implementation", kind="exact", measured=Estimate(0.0, 0.0, 0.0), criterion=at_most(1))
+
+
+def test_record_time_refusals_name_the_row_and_rule():
+    ledger = Ledger("demo")
+    with pytest.raises(ValueError, match="demo: row 'bc' \\(rule by-construction\\)"):
+        ledger.check("bc", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1), by_construction=True)
+    ledger.check("bc", "s", role="implementation", kind="exact", measured=0.0, criterion=at_most(1), by_construction=True)
+    with pytest.raises(ValueError, match="demo: row 'v' \\(rule volatile-timing\\)"):
+        ledger.check("v", "s", role="claim", kind="ratio", measured=1.5, criterion=at_least(1.3), volatile=True)
+    t = ledger.check("v", "s", role="timing", kind="ratio", measured=1.5, criterion=at_least(1.3))
+    assert t.volatile
+    ledger.check("p1", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1), primary=True)
+    with pytest.raises(ValueError, match="demo: row 'p2' \\(rule one-primary\\): 'p1'"):
+        ledger.check("p2", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1), primary=True)
+    with pytest.raises(ValueError, match="rule one-primary"):
+        ledger.not_checkable("p3", "s", reason="r", primary=True)
+    with pytest.raises(ValueError, match="rule primary"):
+        ledger.check("p4", "s", role="control", kind="exact", measured=0.0, criterion=at_most(1), primary=True)
+    with pytest.raises(ValueError, match="demo: row 'f' \\(rule family\\)"):
+        ledger.check("f", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1), family="fam")
+
+
+def test_a_family_is_holm_adjusted():
+    ledger = Ledger("demo")
+    for i, p in enumerate([0.01, 0.02, 0.04]):
+        ledger.check(f"s{i}", "s", role="claim", kind="statistical", measured=p, criterion=p_value_below(0.05),
+                     family="secondary")
+    ledger.check("x", "s", role="claim", kind="statistical", measured=_est(0.2, 0.4), criterion=greater_than(0),
+                 min_effect=0, p_value=0.03, family="other")
+    ledger.check("y", "s", role="claim", kind="statistical", measured=_est(0.2, 0.4), criterion=greater_than(0),
+                 min_effect=0, p_value=0.04, family="other")
+    rows = {c.id: c for c in ledger.claims}
+    assert [rows[f"s{i}"].computed_verdict for i in range(3)] == ["pass"] * 3
+    assert [rows[f"s{i}"].p_adjusted for i in range(3)] == pytest.approx([0.03, 0.04, 0.04])
+    assert [rows[f"s{i}"].verdict for i in range(3)] == ["pass"] * 3
+    assert rows["x"].p_adjusted == pytest.approx(0.06) and rows["x"].verdict == "inconclusive"
+    assert "Holm-adjusted" in rows["x"].note
+
+
+def test_one_primary_sets_the_badge_and_roles_are_counted_apart():
+    ledger = Ledger("demo")
+    assert ledger.headline() is None
+    ledger.check("main", "s", role="claim", kind="exact", measured=2.0, criterion=at_most(1), primary=True)
+    ledger.check("side", "s", role="claim", kind="exact", measured=0.0, criterion=at_most(1))
+    ledger.check("t", "s", role="timing", kind="ratio", measured=2.0, criterion=at_least(1.3))
+    ledger.check("h", "s", role="hypothesis", kind="exact", measured=0.0, criterion=at_most(1))
+    rows = ledger.to_dict()["claims"]
+    assert ledger.headline().id == "main" and chapter_badge(rows) == "fail"
+    s = summarize(rows)
+    assert s["claim"]["fail"] == 1 and s["claim"]["pass"] == 1 and s["timing"]["pass"] == 1
+    assert s["hypothesis"]["pass"] == 1
+    assert chapter_badge([r for r in rows if r["id"] != "main"]) == "no_primary"
+    # a v2 row timed with role claim is counted as timing, never as a claim
+    assert summarize([{"role": "claim", "volatile": True, "verdict": "pass"}])["claim"]["pass"] == 0
+    from compendium.claims import headline
+
+    assert headline(rows).startswith("primary claim main: fail")

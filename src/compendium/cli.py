@@ -627,6 +627,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def cmd_audit(args) -> int:
+    """Check the ledger-v3 rules over results/<scale>/*/claims.json (exit 1 on a finding)."""
+    from . import audit
+
+    pending = Path(args.pending) if args.pending else None
+    return audit.run(args.scale, allow_pending=args.allow_pending, pending_file=pending)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compendium", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -698,6 +706,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare them with workflow/config/expected_verdicts.yaml instead (exit 1 on a decisive "
                         "difference; fragile ones are listed); e.g. after a build on another machine")
     p.set_defaults(func=cmd_verdicts)
+
+    p = sub.add_parser("audit", help="check the ledger rules (gates, primary, ids) over every claims.json of a scale")
+    p.add_argument("--scale", default="smoke", help="experiment scale (smoke | full)")
+    p.add_argument("--allow-pending", action="store_true",
+                   help="findings in chapters listed in workflow/config/audit_pending.yaml do not fail the audit")
+    p.add_argument("--pending", default=None, help="another pending list file (default: workflow/config/audit_pending.yaml)")
+    p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("new", help="scaffold a chapter (notebook, module, tests) from its registry entry")
     p.add_argument("slug")
