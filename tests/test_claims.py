@@ -388,9 +388,16 @@ def test_min_effect_must_equal_the_criterion_threshold(criterion, min_effect, ok
 
 def test_zero_width_estimates_are_refused_unless_exact():
     ledger = Ledger("demo")
-    with pytest.raises(ValueError, match="rule zero-width"):
-        ledger.check("z", "s", role="claim", kind="statistical", measured=Estimate(0.0, 0.0, 0.0, 0.95, "m", 5),
+    with pytest.raises(ValueError, match="rule zero-width"):  # a point dressed as an interval
+        ledger.check("z", "s", role="claim", kind="statistical", measured=Estimate(0.0, 0.0, 0.0, 0.95, "m", 1),
                      criterion=greater_than(-0.1), min_effect=0.1)
+    # five units that all gave the same value: recorded, but it cannot decide either way
+    same = ledger.check("same", "s", role="claim", kind="statistical", measured=Estimate(0.0, 0.0, 0.0, 0.95, "m", 5),
+                        criterion=greater_than(-0.1), min_effect=0.1)
+    assert same.verdict == "inconclusive" and "all 5 m gave the same value" in same.note
+    worse = ledger.check("same-fail", "s", role="claim", kind="statistical",
+                         measured=Estimate(-1.0, -1.0, -1.0, 0.95, "m", 3), criterion=greater_than(-0.1), min_effect=0.1)
+    assert worse.verdict == "inconclusive" and "fail → inconclusive" in worse.note
     row = ledger.check("z", "s", role="claim", kind="statistical", measured=Estimate(0.0, 0.0, 0.0, 0.95, "m", 5),
                        criterion=greater_than(-0.1), min_effect=0.1, exact=True)
     assert row.exact and row.verdict == "pass"

@@ -40,7 +40,8 @@ per chapter is ``primary=True`` (the paper's headline, :meth:`Ledger.headline`, 
 badge); secondary claims with the same ``family=`` and a p-value are Holm-adjusted. "No effect"
 is decided by :func:`equivalent_within` (TOST), never by "the interval contains 0". The ledger
 refuses at record time a ``min_effect`` that differs from the criterion's threshold, a
-statistical or directional estimate with a zero-width interval (unless ``exact=True``),
+statistical or directional estimate with a zero-width interval over fewer than two units (unless
+``exact=True``; a sample of several units that all agreed is recorded inconclusive),
 ``by_construction=True`` outside ``implementation``, ``volatile=True`` outside ``timing``, a
 second primary and ``family=`` without a p-value.
 
@@ -716,9 +717,15 @@ class Ledger:
                 f"{where}: a {kind} claim measured by an interval declares the smallest "
                 "effect of interest its criterion encodes (min_effect=..., fixed before the run)"
             )
-        # rule: zero-width intervals only for declared exact measurements
+        # rule: zero-width intervals only for declared exact measurements. A point dressed as an interval
+        # (fewer than two units) is refused; a sample whose units all gave the same value is recorded,
+        # but it cannot decide: no spread was observed, so the row is inconclusive with the reason said.
         est = measured.estimate if isinstance(measured, TostResult) else measured
+        degenerate = False
         if (isinstance(est, Estimate) and kind in ("statistical", "directional") and est.low == est.high
+                and not exact and (est.n or 0) >= 2):
+            degenerate = True
+        elif (isinstance(est, Estimate) and kind in ("statistical", "directional") and est.low == est.high
                 and not exact):
             raise ValueError(
                 f"{where} (rule zero-width): a {kind} estimate with a zero-width interval "
@@ -748,6 +755,12 @@ class Ledger:
                     "measure a p-value against p_value_below(...), or measure a tost result)"
                 )
         verdict = criterion.decide(measured)
+        if degenerate and verdict != "not_checkable":
+            spread = (f"all {est.n} {est.unit or 'units'} gave the same value ({_fmt(est.point)}), so the interval "
+                      "has zero width: no spread was observed to judge the criterion against (a ceiling, a floor or "
+                      f"a model that did not move); verdict {verdict} → inconclusive.")
+            note = f"{note} {spread}".strip() if note else spread
+            verdict = "inconclusive"
         if kind == "symbolic" and not isinstance(measured, (bool, Estimate)):
             import sympy
 
