@@ -7,6 +7,7 @@
 #   make lab                       Jupyter Lab with the project kernel, chapters open as notebooks
 #   make lock                      rewrite requirements.lock from .venv (after CI passed with it)
 #   make stability K=3             rerun every chapter at K further seeds (+ registry sweeps); Stability page
+#   make record                    copy every current full-scale run into evidence/full/ (the results of record)
 
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -27,10 +28,10 @@ unexport SET SLUG  # make would otherwise expand them (running any $(shell ...))
 export HF_HUB_OFFLINE := 1
 export JUPYTER_PATH := $(CURDIR)
 
-.PHONY: setup lock book chapter stability test pdf publish validate lab clean benchmarks help
+.PHONY: setup lock book chapter stability test pdf publish validate lab clean benchmarks record help
 
 help:
-	@sed -n '2,11p' Makefile
+	@sed -n '2,10p' Makefile
 
 setup: $(STAMP)
 
@@ -88,6 +89,9 @@ pdf: setup
 
 publish: setup
 	$(BIN)/python -m compendium.publish archive --scale $(SCALE)
+
+record: setup
+	$(BIN)/compendium record --scale full --current
 
 benchmarks: setup
 	$(BIN)/python benchmarks/workflow_times.py
