@@ -19,12 +19,20 @@ K        ?= 3
 
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
-# SET and SLUG reach compendium as literal strings through the environment, never through the
-# shell: `SET="x.orders=[64, 128]"` stays one override, `SET="x.a=1;rm -rf ~"` is only text (and
-# refused as a malformed override). compendium splits COMPENDIUM_SET at whitespace outside brackets.
+# Every variable passed on to compendium or pytest (SET, SLUG, SCALE, PROFILE, CORES, K, FORCE,
+# PYTEST_ARGS) reaches it as literal text through the environment, never through the shell or make's
+# own expansion: `SET="x.orders=[64, 128]"` stays one override, `SET="x.a=1;rm -rf ~"` or
+# `SCALE='smoke; touch X'` is only text (refused as a malformed override, an unknown scale), and
+# `FORCE='$(shell ...)'` runs nothing. compendium splits COMPENDIUM_SET at whitespace outside brackets.
 export COMPENDIUM_SET = $(value SET)
 export COMPENDIUM_SLUG = $(value SLUG)
-unexport SET SLUG  # make would otherwise expand them (running any $(shell ...)) to export them itself
+export MAKE_SCALE = $(value SCALE)
+export MAKE_PROFILE = $(value PROFILE)
+export MAKE_CORES = $(value CORES)
+export MAKE_K = $(value K)
+export MAKE_PYTEST_ARGS = $(value PYTEST_ARGS)
+# make would otherwise expand them (running any $(shell ...)) to export them itself
+unexport SET SLUG SCALE PROFILE CORES K FORCE PYTEST_ARGS
 export HF_HUB_OFFLINE := 1
 export JUPYTER_PATH := $(CURDIR)
 
@@ -67,28 +75,28 @@ lock:
 	$(BIN)/python -m compendium.lockfile --output requirements.lock
 
 validate: setup
-	$(BIN)/compendium validate --scale $(SCALE)
+	$(BIN)/compendium validate --scale "$$MAKE_SCALE"
 
 book: setup
-	$(BIN)/compendium build --scale $(SCALE) --profile $(PROFILE) --cores $(CORES)
+	$(BIN)/compendium build --scale "$$MAKE_SCALE" --profile "$$MAKE_PROFILE" --cores "$$MAKE_CORES"
 
 chapter: setup
 	@test -n "$$COMPENDIUM_SLUG" || { echo "usage: make chapter SLUG=<slug> [SET='seed=3'] [FORCE=1]"; exit 2; }
-	$(BIN)/compendium build --scale $(SCALE) --profile $(PROFILE) --cores $(CORES) --only "$$COMPENDIUM_SLUG" \
-		$(if $(FORCE),--force "$$COMPENDIUM_SLUG")
+	$(BIN)/compendium build --scale "$$MAKE_SCALE" --profile "$$MAKE_PROFILE" --cores "$$MAKE_CORES" \
+		--only "$$COMPENDIUM_SLUG" $(if $(value FORCE),--force "$$COMPENDIUM_SLUG")
 
 stability: setup
-	$(BIN)/compendium stability --scale $(SCALE) --profile $(PROFILE) --cores $(CORES) --seeds $(K) \
+	$(BIN)/compendium stability --scale "$$MAKE_SCALE" --profile "$$MAKE_PROFILE" --cores "$$MAKE_CORES" --seeds "$$MAKE_K" \
 		$(if $(value SLUG),--only "$$COMPENDIUM_SLUG")
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $$MAKE_PYTEST_ARGS
 
 pdf: setup
-	$(BIN)/python -m compendium.publish pdf --scale $(SCALE)
+	$(BIN)/python -m compendium.publish pdf --scale "$$MAKE_SCALE"
 
 publish: setup
-	$(BIN)/python -m compendium.publish archive --scale $(SCALE)
+	$(BIN)/python -m compendium.publish archive --scale "$$MAKE_SCALE"
 
 record: setup
 	$(BIN)/compendium record --scale full --current

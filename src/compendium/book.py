@@ -278,6 +278,17 @@ def _num(value) -> str:
     return escape(str(value))
 
 
+def code_span(text: str) -> str:
+    """``text`` as a Markdown code span, shown literally: no HTML escaping (a code span would show
+    ``&#x27;`` as typed), a fence longer than any run of backticks inside, whitespace runs as one space."""
+    import re
+
+    text = " ".join(str(text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _chapter_link(st: ChapterState) -> str:
     if st.state == "planned":
         return escape(st.entry.title)
@@ -390,7 +401,7 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
         for st in failed:
             from .execute import describe_failure
 
-            lines.append(f"- {_chapter_link(st)}: `{escape(describe_failure(st.failure))}`")
+            lines.append(f"- {_chapter_link(st)}: {code_span(describe_failure(st.failure))}")
     seeds_col = " seeds |" if stability else ""
     for role, title in (("claim", "Paper claims"), ("control", "Controls"), ("implementation", "Implementation checks")):
         rows = [(st, c) for st in states for c in st.claims if c.get("role", "claim") == role]

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from . import paths
-from .registry import RegistryError, overrides_from_strings, split_overrides
+from .registry import RegistryError, excerpt, overrides_from_strings, split_overrides
 from .workflow import PROFILES, Plan
 
 MIN_FREE_MB = 300  # default of COMPENDIUM_MIN_FREE_MB: a smoke build writes well under this
@@ -623,7 +623,21 @@ def _positive_int(text: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of cores >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a whole number of cores >= 1, got {excerpt(text)}")
+    return value
+
+
+#: The most further seeds ``--seeds`` may ask for (each one is a full run of every chapter asked for).
+MAX_SEEDS = 1000
+
+
+def _seed_count(text: str) -> int:
+    try:
+        value = int(text, 10) if len(text) <= 10 else -1
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"must be a whole number of further seeds in [0, {MAX_SEEDS}], got {excerpt(text)}")
     return value
 
 
@@ -664,7 +678,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stability", help="rerun chapters at K further seeds and their declared sweeps; "
                                          "write results/<scale>/stability.json; rebuild the book")
     common(p)
-    p.add_argument("--seeds", type=int, default=3, help="how many further seeds per chapter (default 3)")
+    p.add_argument("--seeds", type=_seed_count, default=3, help="how many further seeds per chapter (default 3)")
     p.add_argument("--only", nargs="+", metavar="SLUG", help="sweep only these chapters")
     p.add_argument("--no-sweeps", action="store_true", help="seeds only: skip the registry's parameter sweeps")
     p.add_argument("--no-book", action="store_true",
@@ -679,7 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("execute", help="execute one chapter notebook now, without Snakemake or the book")
     common(p)
     p.add_argument("slug")
-    p.add_argument("--seeds", type=int, default=0, metavar="K",
+    p.add_argument("--seeds", type=_seed_count, default=0, metavar="K",
                    help="then rerun it at K further seeds (variants, as `stability` keeps them) and print the flips")
     p.set_defaults(func=cmd_execute)
 

@@ -192,7 +192,16 @@ def load(name: str, *, manifest: str | Path | None = None) -> Dataset | Path:
         if actual != entry["sha256"]:
             raise DataChecksumError(name, entry["sha256"], actual, f"file {entry['path']}")
         return path
-    X, y, feature_names, target_names = _call_loader(entry["loader"])
+    loader = entry["loader"]
+    module, _, function = str(loader).partition(":")
+    if not module or not function:
+        raise DataError(f"dataset {name!r}: loader {loader!r} is not 'module:function'")
+    try:
+        X, y, feature_names, target_names = _call_loader(loader)
+    except ImportError as err:  # ModuleNotFoundError included
+        raise DataError(f"dataset {name!r}: loader {loader!r}: module {module!r} cannot be imported ({err})") from None
+    except AttributeError as err:
+        raise DataError(f"dataset {name!r}: loader {loader!r}: {err}") from None
     actual = canonical_sha256(X, y)
     if actual != entry["sha256"]:
         installed = _installed_version(entry["package"])

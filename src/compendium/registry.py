@@ -60,8 +60,34 @@ Loader.add_implicit_resolver(
     list("-+.0123456789"))
 
 
+#: The most digits an integer may have (Python refuses to read longer decimal ones; no parameter needs them).
+MAX_INT_DIGITS = 4300
+#: The most values an alias-expanded registry may hold (``&a [*b, *b, ...]`` multiplies at each level).
+MAX_EXPANDED_NODES = 100_000
+#: How much of a user's value an error message quotes.
+EXCERPT_CHARS = 200
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)``, cut to ``limit`` characters (the rest counted), for error messages."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long to print
+        text = "<an integer too long to print>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def _bounded(message: str, limit: int = 4 * EXCERPT_CHARS) -> str:
+    """A message that may quote a user's value, cut to ``limit`` characters."""
+    return message if len(message) <= limit else f"{message[:limit]}... ({len(message) - limit} more characters)"
+
+
 def _construct_int(loader, node):
     text = loader.construct_scalar(node)
+    digits = len(text.lstrip("+-")) - (2 if text.startswith(("0o", "0x")) else 0)
+    if digits > MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {digits} digits (at most {MAX_INT_DIGITS} are read)", node.start_mark)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
     return int(text, 10)
@@ -94,9 +120,47 @@ Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 Loader.add_constructor("tag:yaml.org,2002:map", _construct_yaml_map)
 
 
-def load_yaml(text: str):
-    """Parse YAML the way the registry and ``--set`` values are read (see :class:`Loader`)."""
-    return yaml.load(text, Loader=Loader)  # noqa: S506 - Loader is a SafeLoader
+class NoAliasLoader(Loader):
+    """:class:`Loader` refusing anchors and aliases (``--set`` values need none)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases are not allowed here", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def _expanded_size(value: Any, limit: int) -> int:
+    """How many values ``value`` holds once its aliases are expanded (counting stops past ``limit``)."""
+    memo: dict[int, int] = {}
+
+    def size(obj) -> int:
+        if not isinstance(obj, (list, dict)):
+            return 1
+        key = id(obj)
+        if key not in memo:
+            memo[key] = 0  # a recursive alias counts once
+            children = obj.values() if isinstance(obj, dict) else obj
+            total = 1
+            for child in children:
+                total += size(child)
+                if total > limit:
+                    break
+            memo[key] = total
+        return memo[key]
+
+    return size(value)
+
+
+def load_yaml(text: str, *, aliases: bool = True):
+    """Parse YAML the way the registry (``aliases=True``) and ``--set`` values (no aliases) are read.
+
+    See :class:`Loader`. Integers longer than :data:`MAX_INT_DIGITS` digits and documents whose
+    aliases expand to more than :data:`MAX_EXPANDED_NODES` values are refused (a YAMLError)."""
+    value = yaml.load(text, Loader=Loader if aliases else NoAliasLoader)  # noqa: S506 - a SafeLoader
+    if aliases and _expanded_size(value, MAX_EXPANDED_NODES) > MAX_EXPANDED_NODES:
+        raise yaml.YAMLError(f"its aliases expand to more than {MAX_EXPANDED_NODES} values")
+    return value
 
 
 def _suggest(name: str, choices) -> str:
@@ -163,7 +227,7 @@ def _check_value(chapter: str, name: str, value: Any, spec: dict, where: str) ->
     problem = _type_problem(value, spec)
     if problem:
         raise RegistryError(
-            f"chapter {chapter!r}: parameter {name!r} = {value!r} ({where}) {problem}: "
+            f"chapter {chapter!r}: parameter {name!r} = {excerpt(value)} ({where}) {problem}: "
             f"allowed is {describe_allowed(spec)}"
         )
     import jsonschema  # here, not at the top: a plan read from its cache (compendium.workflow) needs none
@@ -175,7 +239,7 @@ def _check_value(chapter: str, name: str, value: Any, spec: dict, where: str) ->
         if err.validator == "enum":
             problem = "is not an allowed value"
         raise RegistryError(
-            f"chapter {chapter!r}: parameter {name!r} = {value!r} ({where}) {problem}: "
+            f"chapter {chapter!r}: parameter {name!r} = {excerpt(value)} ({where}) {problem}: "
             f"allowed is {describe_allowed(spec)}"
         ) from None
 
@@ -243,18 +307,18 @@ class ChapterEntry:
                 )
             if name not in values:
                 raise RegistryError(
-                    f"chapter {self.slug!r}: unknown parameter {name!r}{_suggest(name, values)}; "
+                    f"chapter {self.slug!r}: unknown parameter {excerpt(name)}{_suggest(name, values)}; "
                     f"allowed: {', '.join(self.parameter_names()[1:])}"
                 )
             values[name] = value
         seed = values["seed"]
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
             raise RegistryError(
-                f"chapter {self.slug!r}: parameter 'seed' = {seed!r} is invalid: allowed is an integer in [0, 4294967295]"
+                f"chapter {self.slug!r}: parameter 'seed' = {excerpt(seed)} is invalid: allowed is an integer in [0, 4294967295]"
             )
         if values["device"] not in DEVICES:
             raise RegistryError(
-                f"chapter {self.slug!r}: parameter 'device' = {values['device']!r} is not an allowed value: "
+                f"chapter {self.slug!r}: parameter 'device' = {excerpt(values['device'])} is not an allowed value: "
                 f"allowed is one of {', '.join(map(repr, DEVICES))}"
             )
         for name, spec in self.parameters.items():
@@ -282,7 +346,7 @@ class Registry:
         try:
             return self.by_slug[slug]
         except KeyError:
-            raise RegistryError(f"unknown chapter {slug!r}{_suggest(slug, self.by_slug)}") from None
+            raise RegistryError(f"unknown chapter {excerpt(slug)}{_suggest(slug, self.by_slug)}") from None
 
     def part(self, part_id: str) -> Part:
         for p in self.parts:
@@ -296,7 +360,7 @@ class Registry:
 
     def check_scale(self, scale: str) -> None:
         if scale not in self.scales:
-            raise RegistryError(f"unknown scale {scale!r}{_suggest(scale, self.scales)}; allowed: {', '.join(self.scales)}")
+            raise RegistryError(f"unknown scale {excerpt(scale)}{_suggest(scale, self.scales)}; allowed: {', '.join(self.scales)}")
 
     def resolve_all(self, scale: str, overrides: dict | None = None) -> dict[str, dict]:
         """Parameters of every ready chapter at ``scale``; validates ``overrides`` first.
@@ -307,13 +371,13 @@ class Registry:
         self.check_scale(scale)
         overrides = overrides or {}
         if not isinstance(overrides, dict):
-            raise RegistryError(f"overrides must map a chapter slug to {{parameter: value}}, got {overrides!r}")
+            raise RegistryError(f"overrides must map a chapter slug to {{parameter: value}}, got {excerpt(overrides)}")
         for slug, values in overrides.items():
             entry = self.chapter(slug)
             if not entry.ready:
                 raise RegistryError(f"chapter {slug!r} is planned, not ready: it has no parameters to override")
             if not isinstance(values, dict):
-                raise RegistryError(f"chapter {slug!r}: overrides must be {{parameter: value}}, got {values!r}")
+                raise RegistryError(f"chapter {slug!r}: overrides must be {{parameter: value}}, got {excerpt(values)}")
         return {c.slug: c.resolve(scale, overrides.get(c.slug)) for c in self.ready}
 
 
@@ -321,7 +385,7 @@ def _check_spec(chapter: str, name: str, spec: dict) -> None:
     """A parameter spec whose bounds leave no value (or are not finite numbers) is refused."""
     for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         if key in spec and isinstance(spec[key], float) and not math.isfinite(spec[key]):
-            raise RegistryError(f"chapter {chapter!r}: parameter {name!r}: {key} = {spec[key]!r} is not a finite number")
+            raise RegistryError(f"chapter {chapter!r}: parameter {name!r}: {key} = {excerpt(spec[key])} is not a finite number")
     lows = [(spec[k], k) for k in ("minimum", "exclusiveMinimum") if k in spec]
     highs = [(spec[k], k) for k in ("maximum", "exclusiveMaximum") if k in spec]
     for lo, lo_key in lows:
@@ -329,7 +393,7 @@ def _check_spec(chapter: str, name: str, spec: dict) -> None:
             exclusive = lo_key.startswith("exclusive") or hi_key.startswith("exclusive")
             if lo > hi or (lo == hi and exclusive):
                 raise RegistryError(
-                    f"chapter {chapter!r}: parameter {name!r}: {lo_key} = {lo!r} and {hi_key} = {hi!r} "
+                    f"chapter {chapter!r}: parameter {name!r}: {lo_key} = {excerpt(lo)} and {hi_key} = {excerpt(hi)} "
                     "leave no allowed value"
                 )
     if spec.get("minItems", 0) > spec.get("maxItems", math.inf):
@@ -383,12 +447,19 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
     path = Path(path or paths.REGISTRY)
     if not path.is_file():
         raise RegistryError(f"registry not found: {path}")
+    data = path.read_bytes()
     try:
-        raw = load_yaml(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise RegistryError(f"{path} is not UTF-8: byte 0x{data[err.start]:02x} at line {line} "
+                            f"(offset {err.start}); save it as UTF-8") from None
+    try:
+        raw = load_yaml(text)
     except DuplicateKeyError as err:
         raise RegistryError(f"{path.name}: {err.problem}") from None
     except yaml.YAMLError as err:
-        raise RegistryError(f"{path.name} is not valid YAML: {err}") from None
+        raise RegistryError(f"{path.name} is not valid YAML: {_bounded(str(err))}") from None
     import jsonschema
 
     schema = json.loads(paths.REGISTRY_SCHEMA.read_text(encoding="utf-8"))
@@ -405,7 +476,7 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
                 label = f"chapter #{where[1]}"
             where = where[2:]
         key = ".".join(map(str, where)) or "(entry)"
-        raise RegistryError(f"{path.name}: {label}: key {key!r}: {err.message}")
+        raise RegistryError(f"{path.name}: {label}: key {key!r}: {_bounded(err.message)}")
 
     parts = tuple(Part(**p) for p in raw["parts"])
     part_ids = [p.id for p in parts]
@@ -421,7 +492,7 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
         seen.add(slug)
         if item["part"] not in part_ids:
             raise RegistryError(
-                f"{path.name}: chapter {slug!r}: key 'part' = {item['part']!r}{_suggest(item['part'], part_ids)}; "
+                f"{path.name}: chapter {slug!r}: key 'part' = {excerpt(item['part'])}{_suggest(item['part'], part_ids)}; "
                 f"allowed: {', '.join(part_ids)}"
             )
         # seed_file and abstract are provenance metadata (where the paper came from); the schema checks
@@ -455,7 +526,7 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
         for name, sweep in entry.sweeps.items():
             if sweep["parameter"] not in entry.parameters:
                 raise RegistryError(
-                    f"{path.name}: chapter {slug!r}: sweep {name!r}: key 'parameter' = {sweep['parameter']!r} is not a "
+                    f"{path.name}: chapter {slug!r}: sweep {name!r}: key 'parameter' = {excerpt(sweep['parameter'])} is not a "
                     f"parameter of this chapter; allowed: {', '.join(entry.parameters) or 'none'}"
                 )
             for value in sweep["values"]:
@@ -482,23 +553,25 @@ def load_registry(path: str | Path | None = None, *, check_files: bool = True) -
 def check_slug(slug: str) -> str:
     """``slug`` if it is spelled like a chapter slug (``[a-z][a-z0-9_]*``), else a RegistryError."""
     if not isinstance(slug, str) or not SLUG_PATTERN.fullmatch(slug):
-        raise RegistryError(f"invalid chapter slug {slug!r}: slugs are lower-case letters, digits and '_' ([a-z][a-z0-9_]*)")
+        raise RegistryError(f"invalid chapter slug {excerpt(slug)}: slugs are lower-case letters, digits and '_' ([a-z][a-z0-9_]*)")
     return slug
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Parse ``slug.key=value`` (value read as YAML 1.2: ``3``, ``0.5``, ``true``, ``[16, 64]``)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise RegistryError(f"an override looks like 'chapter.parameter=value', got {text!r}")
+        raise RegistryError(f"an override looks like 'chapter.parameter=value', got {excerpt(text)}")
     target, raw_value = text.split("=", 1)
     slug, key = (part.strip() for part in target.rsplit(".", 1))
     check_slug(slug)
     if not SLUG_PATTERN.fullmatch(key):
-        raise RegistryError(f"override {text!r}: invalid parameter name {key!r}")
+        raise RegistryError(f"override {excerpt(text)}: invalid parameter name {excerpt(key)}")
     try:
-        value = load_yaml(raw_value)
-    except yaml.YAMLError:
-        raise RegistryError(f"override {text!r}: value {raw_value!r} is not valid YAML") from None
+        value = load_yaml(raw_value, aliases=False)
+    except yaml.YAMLError as err:
+        ours = isinstance(err, (yaml.constructor.ConstructorError, yaml.composer.ComposerError))
+        reason = f"is refused: {err.problem}" if ours and err.problem else "is not valid YAML"
+        raise RegistryError(f"override {slug}.{key}: value {excerpt(raw_value)} {reason}") from None
     return slug, key, value
 
 
@@ -525,7 +598,7 @@ def split_overrides(text: str) -> list[str]:
             continue
         current.append(char)
     if quote or depth > 0:
-        raise RegistryError(f"overrides {text!r}: unbalanced {'quote' if quote else 'bracket'}")
+        raise RegistryError(f"overrides {excerpt(text)}: unbalanced {'quote' if quote else 'bracket'}")
     if current:
         items.append("".join(current))
     return items
@@ -538,5 +611,7 @@ def overrides_from_strings(items: list[str], default_slug: str | None = None) ->
         if default_slug and "=" in text and "." not in text.split("=", 1)[0]:
             text = f"{default_slug}.{text}"
         slug, key, value = parse_override(text)
+        if key in out.get(slug, {}):
+            raise RegistryError(f"override {slug}.{key} is given twice; give each parameter once")
         out.setdefault(slug, {})[key] = value
     return out
