@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from . import paths
-from .registry import RegistryError, excerpt, overrides_from_strings, split_overrides
+from .registry import RegistryError, _bounded, excerpt, overrides_from_strings, split_overrides
 from .workflow import PROFILES, Plan
 
 MIN_FREE_MB = 300  # default of COMPENDIUM_MIN_FREE_MB: a smoke build writes well under this
@@ -77,32 +77,51 @@ def _plan(args) -> Plan:
     return plan
 
 
+def _chapter_config(plan: Plan, slug: str):
+    """The chapter's own ``Config`` class, or None (no paper module, as for test fixtures, or no Config)."""
+    import dataclasses
+    import importlib
+
+    module_name = plan.registry.chapter(slug).module
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name == module_name:
+            return None
+        raise
+    config_cls = getattr(module, "Config", None)
+    return config_cls if config_cls is not None and dataclasses.is_dataclass(config_cls) else None
+
+
+def config_problem(plan: Plan, slug: str, params: dict) -> str | None:
+    """What the chapter's ``Config`` (and its ``check_scale``) says against ``params``, or None."""
+    import dataclasses
+
+    config_cls = _chapter_config(plan, slug)
+    if config_cls is None:
+        return None
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    try:
+        config = config_cls(**{k: v for k, v in params.items() if k in fields})
+        if hasattr(config, "check_scale"):  # what the chapter's assets allow at this scale
+            config.check_scale(plan.scale)
+    except (ValueError, TypeError) as err:
+        return _bounded(str(err))
+    return None
+
+
 def check_configs(plan: Plan, slugs=None) -> None:
     """Build each chapter's own ``Config`` from its effective parameters, as its notebook does.
 
     The registry checks types and ranges; a ``Config`` also checks what a schema cannot say (a
-    list that must be increasing). Chapters without a paper module (test fixtures) are skipped.
+    list that must be increasing), and its ``check_scale(scale)``, where it has one, what the
+    chapter's assets allow at the scale (a seed below the number of seed blocks trained).
+    Chapters without a paper module (test fixtures) are skipped.
     """
-    import dataclasses
-    import importlib
-
     for slug in plan.params if slugs is None else slugs:
-        module_name = plan.registry.chapter(slug).module
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name == module_name:
-                continue
-            raise
-        config_cls = getattr(module, "Config", None)
-        if config_cls is None or not dataclasses.is_dataclass(config_cls):
-            continue
-        fields = {f.name for f in dataclasses.fields(config_cls)}
-        values = {k: v for k, v in plan.params[slug].items() if k in fields}
-        try:
-            config_cls(**values)
-        except (ValueError, TypeError) as err:
-            raise RegistryError(f"chapter {slug!r}: its Config rejects the parameters at scale {plan.scale!r}: {err}") from None
+        problem = config_problem(plan, slug, plan.params[slug])
+        if problem:
+            raise RegistryError(f"chapter {slug!r}: its Config rejects the parameters at scale {plan.scale!r}: {problem}")
 
 
 def check_free_space() -> None:
@@ -359,6 +378,15 @@ def cmd_stability(args) -> int:
     _profile_dir(args.profile)
     _check_data()
     variants = stability.plan_variants(plan, args.seeds, args.only, sweeps=not args.no_sweeps)
+    kept = []
+    for v in variants:  # a variant the chapter's Config refuses would only fail in its notebook
+        problem = config_problem(plan, v.slug, stability.variant_params(plan, v.slug, v.name))
+        if problem:
+            print(f"compendium: {v.slug}/{v.name} left out: its Config rejects it at scale {plan.scale!r}: {problem}",
+                  file=sys.stderr)
+        else:
+            kept.append(v)
+    variants = kept
     slugs = sorted({v.slug for v in variants})
     if not variants:
         print("compendium: nothing to sweep (no seeds asked for and no sweeps declared)", file=sys.stderr)
@@ -421,6 +449,11 @@ def cmd_execute(args) -> int:
     check_configs(plan, [args.slug])
     seeds = getattr(args, "seeds", 0) or 0
     variants = stability.seed_variants(args.slug, plan.params[args.slug]["seed"], seeds)
+    for v in variants:
+        problem = config_problem(plan, args.slug, stability.variant_params(plan, args.slug, v.name))
+        if problem:
+            raise RegistryError(f"chapter {args.slug!r}: --seeds {seeds} asks for {v.name}, which its Config "
+                                f"rejects at scale {plan.scale!r}: {problem}")
     check_free_space()
     outputs = plan.chapter_outputs(args.slug)
     runs = [(plan.params[args.slug], outputs)]

@@ -90,7 +90,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def describe_failure(record: dict) -> str:
     if "ename" in record:
-        cell = record.get("exec_count") or record.get("cell_index")
+        cell = record.get("cell") or record.get("exec_count") or record.get("cell_index")
         return f"chapter {record['chapter']!r} failed in cell {cell}: {record['ename']}: {record['evalue']}"
     return f"chapter {record['chapter']!r} failed: {record['error']}: {record['message']}"
 
@@ -242,6 +242,10 @@ def _fail(slug: str, scale: str, out_dir: Path, err: BaseException, output_noteb
         message = f"chapter {slug!r} could not write its outputs: {err.strerror or err}{where}"
         err = ChapterFailed(message)
     record = _failure_record(slug, scale, err)
+    if "cell_index" in record and dst is not None:
+        own = own_cell_number(dst, record["cell_index"])
+        if own is not None:
+            record["cell"] = own
     if start is not None:
         record["elapsed_s"] = round(time.perf_counter() - start, 2)
     message = message or describe_failure(record)
@@ -255,6 +259,21 @@ def _fail(slug: str, scale: str, out_dir: Path, err: BaseException, output_noteb
         (out_dir / ".failed.ipynb.tmp").unlink(missing_ok=True)
         message += f" (and the failure record could not be written: {write_err.strerror}: {write_err.filename})"
     return message
+
+
+def own_cell_number(executed: Path, cell_index: int) -> int | None:
+    """The failing cell as the chapter numbers it: its place among the notebook's own code cells
+    (1-based), not counting the parameters cell Papermill injects (``cell_index`` counts every cell
+    of the executed notebook, the execution count the injected one too). None if unreadable."""
+    try:
+        cells = json.loads(Path(executed).read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(cell_index, int) or not 0 <= cell_index < len(cells):
+        return None
+    own = [c for c in cells[:cell_index + 1]
+           if c.get("cell_type") == "code" and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    return len(own) or None
 
 
 def keep_last_good(out_dir: Path, outputs: list[Path]) -> Path:

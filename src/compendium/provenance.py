@@ -379,8 +379,9 @@ def chapter_state(entry, scale: str, parameters: dict, fp: Fingerprinter, *, out
     reasons += [problem] if problem else []
     rerun = bool(reasons)
     reasons += [f"{k} changed" for k in changes_env(record.get("environment", {}), fp.environment())]
-    if failed and where != out_dir:
-        reasons = ["its last run failed"] + reasons
+    if where != out_dir:  # shown from last_good/: never current while the outputs themselves are not there
+        reasons = ["its last run failed" if failed else "its outputs are missing (its last good result is kept)"] + reasons
+        rerun = rerun or not failed
     return status("stale" if reasons else "current", reasons, rerun)
 
 

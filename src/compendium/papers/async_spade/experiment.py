@@ -14,7 +14,7 @@ from ...kernels.sparse_decode import dense_masked_reference, sparse_decode_refer
 from ...runtime import make_rng
 from ...stats import Estimate, mean_interval
 from .decode import timed_decode
-from .lm import make_sequences
+from .lm import make_sequences, settings_for
 from .sparse import (mask_from_scores, mass_at_steps, method_scores, prediction_cosine, predict_queries,
                      query_cosine_by_lag, recall_and_mass, select, true_attention)
 
@@ -59,6 +59,16 @@ class Config:
             raise ValueError(f"ar_order ({self.ar_order}) must be smaller than window ({self.window})")
         if not self.ridge_lambda > 0:
             raise ValueError(f"ridge_lambda must be > 0, got {self.ridge_lambda}")
+
+    def check_scale(self, scale: str) -> None:
+        """What the models trained at ``scale`` allow (their number, their context); ``compendium
+        validate`` (and every run) calls it before any notebook starts."""
+        trained = settings_for(scale)
+        if self.model_seeds > trained.num_models:
+            raise ValueError(f"model_seeds {self.model_seeds}: the asset trains {trained.num_models} models at "
+                             f"scale {scale!r}")
+        if max(self.budgets + (self.accuracy_budget,)) + self.sink_tokens + self.local_tokens >= trained.context:
+            raise ValueError(f"budgets plus sinks and local window must be below the context ({trained.context})")
 
 
 @dataclass

@@ -46,6 +46,15 @@ class Config:
         require_int("variance_images", self.variance_images, 1, 64)
         require_int("monotonicity_instances", self.monotonicity_instances, 1, 100_000)
 
+    def check_scale(self, scale: str) -> None:
+        """What the asset trained at ``scale`` allows: a seed below its number of seed blocks.
+        ``compendium validate`` (and every run) calls it before any notebook starts."""
+        settings = tr.settings_for(scale)
+        if self.seed >= settings.seed_blocks:
+            raise ValueError(f"seed {self.seed}: the asset trains {settings.seed_blocks} block(s) of "
+                             f"{settings.seeds_per_block} training seeds at scale {scale!r}, so the chapter's "
+                             f"seed must be below {settings.seed_blocks}")
+
 
 @dataclass
 class Result:
