@@ -227,3 +227,233 @@ def test_a_failed_book_job_keeps_the_previous_book(tmp_path):
     assert "ERROR the book was not built" in proc.stderr and "the previous book is kept" in proc.stderr
     assert index.read_text() == "fake\n", "the previous good book is whole"
     assert not index.with_name(".index.html.previous").exists()
+
+
+# ------------------------------------------------- 6-10: messages, not tracebacks; bounded echoes
+from compendium.registry import (  # noqa: E402
+    EXCERPT_CHARS,
+    MAX_INT_DIGITS,
+    RegistryError,
+    load_registry,
+    load_yaml,
+    overrides_from_strings,
+    parse_override,
+)
+
+from conftest import FIXTURE, hippo, make_project, registry_with  # noqa: E402
+
+LAUGHS = "[" + ", ".join(["*a"] * 9) + "]"
+
+
+@pytest.mark.parametrize("value", ["1" * 5000, "-" + "7" * 4301, "0x" + "f" * 5000])
+def test_a_huge_integer_in_set_is_one_message(value, capsys):
+    rc = cli.main(["validate", "--set", f"continuized_hippo.seed={value}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert f"at most {MAX_INT_DIGITS} are read" in err and "continuized_hippo.seed" in err
+    assert len(err) < 4 * EXCERPT_CHARS  # the value is quoted as an excerpt
+
+
+def test_a_huge_integer_in_the_registry_is_one_message(tmp_path):
+    path = registry_with(tmp_path, lambda raw: hippo(raw).update(seed=0))
+    path.write_text(path.read_text().replace("seed: 0", "seed: " + "9" * 5000, 1))
+    with pytest.raises(RegistryError, match=r"chapters.yaml is not valid YAML: an integer of 5000 digits") as err:
+        load_registry(path)
+    assert len(str(err.value)) < 1000
+
+
+def test_a_latin1_registry_names_the_file_and_the_byte(tmp_path):
+    path = tmp_path / "chapters.yaml"
+    text = (FIXTURE / "workflow" / "config" / "chapters.yaml").read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    lines.insert(3, "# résumé\n")
+    path.write_bytes("".join(lines).encode("latin-1"))
+    with pytest.raises(RegistryError) as err:
+        load_registry(path)
+    assert str(path) in str(err.value) and "byte 0xe9 at line 4" in str(err.value) and "UTF-8" in str(err.value)
+
+
+def test_a_latin1_registry_through_the_cli_is_one_line(tmp_path):
+    root = make_project(tmp_path / "project")
+    registry = root / "workflow" / "config" / "chapters.yaml"
+    registry.write_bytes(registry.read_bytes() + "# caf\u00e9\n".encode("latin-1"))
+    proc = compendium_cli(root, "validate", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "is not UTF-8: byte 0xe9" in proc.stderr and "chapters.yaml" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["stability", "--seeds", "-1"], ["stability", "--seeds", "1" * 5000],
+                                  ["execute", "continuized_hippo", "--seeds", "-3"]])
+def test_negative_seeds_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "whole number of further seeds" in err and len(err) < 1500
+
+
+@pytest.mark.parametrize("loader, why", [("sklearn.datasetz:load_digits", "cannot be imported"),
+                                         ("sklearn.datasets:load_digitz", "has no attribute 'load_digitz'"),
+                                         ("load_digits", "is not 'module:function'")])
+def test_a_mistyped_loader_is_a_failed_line(tmp_path, monkeypatch, capsys, loader, why):
+    import yaml
+
+    raw = yaml.safe_load((REPO / "data" / "manifest.yaml").read_text())
+    raw["datasets"] = {"digits": {**raw["datasets"]["digits"], "loader": loader}}
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("COMPENDIUM_DATA_MANIFEST", str(manifest))
+    assert cli.main(["data", "verify"]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("FAILED"))
+    assert "digits" in line and loader in line and why in line
+
+
+def test_aliases_in_set_are_refused_quickly_and_briefly(capsys):
+    value = "[&a [&b [1,1,1,1,1,1,1,1,1], " + ", ".join(["*b"] * 8) + "], " + ", ".join(["*a"] * 8) + "]"
+    with pytest.raises(RegistryError, match="YAML aliases are not allowed") as err:
+        parse_override(f"continuized_hippo.orders={value}")
+    assert len(str(err.value)) < 3 * EXCERPT_CHARS
+    start = time.perf_counter()
+    assert cli.main(["validate", "--set", f"continuized_hippo.orders={value}"]) == 2
+    assert time.perf_counter() - start < 5 and len(capsys.readouterr().err) < 3 * EXCERPT_CHARS
+
+
+def test_aliases_in_the_registry_expand_within_a_bound():
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} " + LAUGHS.replace("*a", f"*a{i - 1}") for i in range(1, 7)]
+    start = time.perf_counter()
+    with pytest.raises(Exception, match="aliases expand to more than"):
+        load_yaml("\n".join(lines))
+    assert time.perf_counter() - start < 5
+    assert load_yaml("base: &b {x: 1}\nuse: [*b, *b]")["use"] == [{"x": 1}, {"x": 1}]  # a few are fine
+
+
+def test_an_error_quotes_a_bounded_excerpt_of_a_long_value():
+    for item in ["continuized_hippo.orders=[" + "1.5, " * 50_000 + "1]", "continuized_hippo.tau_max='" + "x" * 100_000 + "'",
+                 "continuized_hippo.seed=[" + "1, " * 50_000 + "1]", "continuized_hippo." + "k" * 100_000 + "=1"]:
+        with pytest.raises(RegistryError) as err:
+            load_registry().resolve_all("smoke", overrides_from_strings([item]))
+        assert "more characters" in str(err.value) and len(str(err.value)) < 4 * EXCERPT_CHARS, str(err.value)[:300]
+
+
+def test_a_set_key_given_twice_is_refused():
+    with pytest.raises(RegistryError, match=r"override continuized_hippo.seed is given twice"):
+        overrides_from_strings(["continuized_hippo.seed=3", "continuized_hippo.seed=4"])
+    with pytest.raises(RegistryError, match=r"given twice"):  # once spelled out, once through --only's default
+        overrides_from_strings(["seed=3", "continuized_hippo.seed=4"], default_slug="continuized_hippo")
+
+
+# --------------------------------------------------------------------------- 11. the dashboard
+def test_the_failed_chapters_list_shows_the_text_as_written():
+    from compendium.book import ChapterState, code_span, dashboard_page
+
+    registry = load_registry(FIXTURE / "workflow" / "config" / "chapters.yaml", check_files=False)
+    entry = registry.chapter("demo_mean")
+    failure = {"chapter": "demo_mean", "ename": "KeyError", "evalue": "'seed' <b> & `x`", "cell": 3}
+    page = dashboard_page([ChapterState(entry, "failed", failure=failure)], "smoke")
+    line = next(ln for ln in page.splitlines() if "failed in cell 3" in ln)
+    assert "&#x27;" not in line and "&amp;" not in line and "&lt;" not in line
+    assert line.endswith(": `` chapter 'demo_mean' failed in cell 3: KeyError: 'seed' <b> & `x` ``")
+    assert code_span("`a`") == "`` `a` ``" and code_span("a\n  b") == "`a b`"
+
+
+# ------------------------------------------------------------------- 12. COMPENDIUM_RESULTS
+def test_compendium_results_is_where_the_rules_and_execute_write(tmp_path, monkeypatch):
+    from compendium import paths
+    from compendium.stability import variant_outputs
+    from compendium.workflow import Plan, results_dir
+
+    monkeypatch.delenv("COMPENDIUM_RESULTS", raising=False)
+    assert results_dir("smoke") == "results/smoke"  # the default: relative to the workflow's directory
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("COMPENDIUM_RESULTS", str(elsewhere))
+    plan = Plan.from_config({"scale": "smoke"}, keep=False)
+    for target in [*plan.chapter_outputs("continuized_hippo").values(), plan.claims_csv(), plan.book_index(),
+                   *variant_outputs("smoke", "continuized_hippo", "seed-1").values()]:
+        assert Path(paths.ROOT / target).is_relative_to(elsewhere / "smoke"), target
+    for rules in (REPO / "workflow" / "rules").glob("*.smk"):
+        assert '"results/' not in rules.read_text(), f"{rules.name} names results/ itself"
+
+
+def test_execute_writes_where_compendium_results_points(tmp_path):
+    root = make_project(tmp_path / "project")
+    elsewhere = tmp_path / "elsewhere"
+    env = _env(root) | {"COMPENDIUM_RESULTS": str(elsewhere), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "compendium.cli", "execute", "demo_mean"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (elsewhere / "smoke" / "demo_mean" / "claims.json").is_file()
+    assert not (root / "results" / "smoke" / "demo_mean").exists()
+    status = subprocess.run([sys.executable, "-m", "compendium.cli", "status"], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert "demo_mean" in status.stdout and "missing" not in next(
+        ln for ln in status.stdout.splitlines() if "demo_mean" in ln), status.stdout
+
+
+# ------------------------------------------------------------------------------ smaller ones
+def test_status_is_not_current_from_last_good_when_the_outputs_are_missing(tmp_path):
+    root = make_project(tmp_path / "project")
+    env = _env(root) | {"HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "compendium.cli"]
+    run = subprocess.run([*cmd, "execute", "demo_mean"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = root / "results" / "smoke" / "demo_mean"
+    assert (out / "last_good" / "claims.json").is_file()
+    for name in ("claims.json", "demo_mean.ipynb", "params.yaml", "provenance.json"):
+        (out / name).unlink()
+    status = subprocess.run([*cmd, "status"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    line = next(ln for ln in status.stdout.splitlines() if "demo_mean" in ln)
+    assert "current" not in line.split("demo_mean", 1)[1].split()[0:1], status.stdout
+    assert "outputs are missing" in status.stdout, status.stdout
+
+
+def test_a_failure_names_the_notebooks_own_cell(tmp_path):
+    from compendium.execute import _fail, describe_failure, own_cell_number
+
+    def cell(kind, tags=()):
+        return {"cell_type": kind, "metadata": {"tags": list(tags)}, "source": ""}
+
+    cells = [cell("markdown"), cell("code", ["parameters"]), cell("code", ["injected-parameters"]),
+             cell("markdown"), cell("code"), cell("code"), cell("markdown")]
+    executed = tmp_path / "x.ipynb"
+    executed.write_text(json.dumps({"cells": cells}))
+    assert own_cell_number(executed, 5) == 3  # the third code cell of the chapter; Papermill's count says 4
+    assert own_cell_number(executed, 99) is None and own_cell_number(tmp_path / "none", 1) is None
+
+    class Raised(Exception):
+        cell_index, exec_count, ename, evalue = 5, 4, "ValueError", "boom"
+
+    out = tmp_path / "out"
+    out.mkdir()
+    message = _fail("demo", "smoke", out, Raised("boom"), out / "demo.ipynb", dst=executed)
+    assert "failed in cell 3: ValueError: boom" in message
+    assert describe_failure(json.loads((out / "FAILED.json").read_text())) == message
+
+
+# ----------------------------------------------- a constraint of the assets, known to validation
+@pytest.mark.parametrize("scale, seed, ok", [("smoke", 4, True), ("smoke", 5, False), ("full", 0, True), ("full", 1, False)])
+def test_bspar_seed_beyond_the_trained_blocks_is_refused_by_validation(scale, seed, ok):
+    from compendium.workflow import Plan
+
+    plan = Plan.from_config({"scale": scale, "overrides": {"bspar_retouching": {"seed": seed}}}, keep=False)
+    if ok:
+        cli.check_configs(plan, ["bspar_retouching"])
+        return
+    with pytest.raises(RegistryError, match=rf"'bspar_retouching'.*seed {seed}.*must be below"):
+        cli.check_configs(plan, ["bspar_retouching"])
+
+
+def test_async_spade_model_seeds_beyond_the_trained_models_is_refused_by_validation():
+    from compendium.workflow import Plan
+
+    plan = Plan.from_config({"scale": "smoke", "overrides": {"async_spade": {"model_seeds": 4}}}, keep=False)
+    with pytest.raises(RegistryError, match=r"'async_spade'.*model_seeds 4: the asset trains 3 models"):
+        cli.check_configs(plan, ["async_spade"])
+
+
+def test_execute_seeds_beyond_the_trained_blocks_are_refused_before_running(monkeypatch, capsys):
+    import compendium.execute as execute
+
+    monkeypatch.setattr(execute, "execute_chapter", lambda *a, **k: pytest.fail("a notebook was started"))
+    assert cli.main(["execute", "bspar_retouching", "--seeds", "5"]) == 2
+    assert "seed-5" in capsys.readouterr().err

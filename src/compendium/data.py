@@ -196,12 +196,14 @@ def load(name: str, *, manifest: str | Path | None = None) -> Dataset | Path:
     module, _, function = str(loader).partition(":")
     if not module or not function:
         raise DataError(f"dataset {name!r}: loader {loader!r} is not 'module:function'")
-    try:
-        X, y, feature_names, target_names = _call_loader(loader)
-    except ImportError as err:  # ModuleNotFoundError included
-        raise DataError(f"dataset {name!r}: loader {loader!r}: module {module!r} cannot be imported ({err})") from None
-    except AttributeError as err:
-        raise DataError(f"dataset {name!r}: loader {loader!r}: {err}") from None
+    if loader not in _FAST:
+        try:
+            found = callable(getattr(importlib.import_module(module), function, None))
+        except ImportError as err:  # ModuleNotFoundError included
+            raise DataError(f"dataset {name!r}: loader {loader!r}: module {module!r} cannot be imported ({err})") from None
+        if not found:
+            raise DataError(f"dataset {name!r}: loader {loader!r}: module {module!r} has no attribute {function!r}")
+    X, y, feature_names, target_names = _call_loader(loader)
     actual = canonical_sha256(X, y)
     if actual != entry["sha256"]:
         installed = _installed_version(entry["package"])

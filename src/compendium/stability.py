@@ -103,7 +103,9 @@ def variant_dir(scale: str, slug: str, variant: str) -> Path:
 
 
 def variant_outputs(scale: str, slug: str, variant: str) -> dict[str, str]:
-    base = f"results/{scale}/{slug}/variants/{variant}"
+    from .workflow import results_dir
+
+    base = f"{results_dir(scale)}/{slug}/variants/{variant}"
     return {"notebook": f"{base}/{slug}.ipynb", "claims": f"{base}/claims.json", "params": f"{base}/params.yaml"}
 
 

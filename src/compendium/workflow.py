@@ -34,9 +34,19 @@ PROFILES = ("local", "gpu", "slurm")
 STAMP_CURRENT_TIME = 946684800
 
 
+def results_base() -> str:
+    """Where results go, as the rules name it: ``results`` (relative to the workflow's working
+    directory, the repository root) or the absolute folder COMPENDIUM_RESULTS names elsewhere."""
+    root = paths.results_root().absolute()
+    try:
+        return root.relative_to(paths.ROOT.absolute()).as_posix()
+    except ValueError:
+        return root.as_posix()
+
+
 def results_dir(scale: str) -> str:
-    """Relative to the workflow's working directory (the repository root)."""
-    return f"results/{scale}"
+    """``<results>/<scale>`` as the rules name it (see :func:`results_base`)."""
+    return f"{results_base()}/{scale}"
 
 
 def stamp_path(scale: str, job: str) -> str:

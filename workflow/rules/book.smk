@@ -8,7 +8,7 @@ rule claims_table:
         unpack(book_chapter_files),
         registry=PLAN.registry.path,
     output:
-        "results/{scale}/claims.csv",
+        RESULTS + "/{scale}/claims.csv",
     params:
         partial=PLAN.partial,  # a partial table (after a failure) lists the failed chapters: rerun
     script:
@@ -19,20 +19,20 @@ rule book:
     localrule: True
     input:
         unpack(book_chapter_files),
-        csv="results/{scale}/claims.csv",
+        csv=RESULTS + "/{scale}/claims.csv",
         static=PLAN.book_static(),
         registry=PLAN.registry.path,
     output:
-        "results/{scale}/book/_build/html/index.html",
+        RESULTS + "/{scale}/book/_build/html/index.html",
     params:
         profile=PLAN.profile,
         partial=PLAN.partial,
         values=PLAN.all_params_json(),
         pages=" ".join(PLAN.book_static()),  # a page removed from book/ rebuilds it too
     log:
-        "results/{scale}/logs/book.log",
+        RESULTS + "/{scale}/logs/book.log",
     benchmark:
-        "results/{scale}/benchmarks/book.tsv"
+        RESULTS + "/{scale}/benchmarks/book.tsv"
     script:
         "../scripts/build_book.py"
 

@@ -21,18 +21,18 @@ rule chapter:
         notebook=chapter_notebook,
         assets=chapter_assets,
     output:
-        notebook="results/{scale}/{slug}/{slug}.ipynb",
-        claims="results/{scale}/{slug}/claims.json",
-        params="results/{scale}/{slug}/params.yaml",
-        figures=directory("results/{scale}/{slug}/figures"),
+        notebook=RESULTS + "/{scale}/{slug}/{slug}.ipynb",
+        claims=RESULTS + "/{scale}/{slug}/claims.json",
+        params=RESULTS + "/{scale}/{slug}/params.yaml",
+        figures=directory(RESULTS + "/{scale}/{slug}/figures"),
     params:
         values=chapter_params,
         timeout_s=PLAN.timeout_s(),
     priority: chapter_priority
     log:
-        "results/{scale}/logs/{slug}.log",
+        RESULTS + "/{scale}/logs/{slug}.log",
     benchmark:
-        "results/{scale}/benchmarks/{slug}.tsv"
+        RESULTS + "/{scale}/benchmarks/{slug}.tsv"
     threads: chapter_threads
     resources:
         mem_mb=chapter_mem_mb,
@@ -47,15 +47,15 @@ rule asset:
         stamp=asset_stamp,
         upstream=asset_upstream,
     output:
-        directory("results/{scale}/assets/{asset}"),
+        directory(RESULTS + "/{scale}/assets/{asset}"),
     params:
         builder=asset_builder,
         seed=asset_seed,
     priority: asset_priority
     log:
-        "results/{scale}/logs/asset-{asset}.log",
+        RESULTS + "/{scale}/logs/asset-{asset}.log",
     benchmark:
-        "results/{scale}/benchmarks/asset-{asset}.tsv"
+        RESULTS + "/{scale}/benchmarks/asset-{asset}.tsv"
     threads: asset_threads
     resources:
         mem_mb=asset_mem_mb,

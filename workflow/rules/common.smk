@@ -5,7 +5,7 @@ import os
 import sys
 
 from compendium.registry import RegistryError
-from compendium.workflow import Plan, keep_book, stamp_path
+from compendium.workflow import Plan, keep_book, results_base, stamp_path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # no run touches the network
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -20,6 +20,7 @@ if workflow.is_main_process:  # not again inside a cluster job, while other jobs
     keep_book(PLAN.book_index())  # a failed book job puts it back (onerror, rules/book.smk)
 
 SCALE = PLAN.scale
+RESULTS = results_base()  # results/, or where COMPENDIUM_RESULTS points: one location for every reader and writer
 READY = [c.slug for c in PLAN.registry.ready]
 
 

@@ -29,17 +29,17 @@ rule chapter_variant:
         notebook=chapter_notebook,
         assets=chapter_assets,
     output:
-        notebook="results/{scale}/{slug}/variants/{variant}/{slug}.ipynb",
-        claims="results/{scale}/{slug}/variants/{variant}/claims.json",
-        params="results/{scale}/{slug}/variants/{variant}/params.yaml",
-        figures=directory("results/{scale}/{slug}/variants/{variant}/figures"),
+        notebook=RESULTS + "/{scale}/{slug}/variants/{variant}/{slug}.ipynb",
+        claims=RESULTS + "/{scale}/{slug}/variants/{variant}/claims.json",
+        params=RESULTS + "/{scale}/{slug}/variants/{variant}/params.yaml",
+        figures=directory(RESULTS + "/{scale}/{slug}/variants/{variant}/figures"),
     params:
         values=variant_params,
         timeout_s=PLAN.timeout_s(),
     log:
-        "results/{scale}/logs/{slug}--{variant}.log",
+        RESULTS + "/{scale}/logs/{slug}--{variant}.log",
     benchmark:
-        "results/{scale}/benchmarks/variants/{slug}--{variant}.tsv"
+        RESULTS + "/{scale}/benchmarks/variants/{slug}--{variant}.tsv"
     threads: chapter_threads
     resources:
         mem_mb=chapter_mem_mb,
