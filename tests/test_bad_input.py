@@ -143,6 +143,28 @@ def test_make_passes_set_and_slug_as_literal_text(make_dir):
         overrides_from_strings(items)
 
 
+@pytest.mark.parametrize("target, variable", [
+    ("validate", "SCALE=smoke; touch {pwned}; false"), ("book", "PROFILE=local`touch {pwned}`"),
+    ("book", "CORES=2 $(shell touch {pwned})"), ("stability", "K=3; touch {pwned}"),
+    ("chapter", "FORCE=$(shell touch {pwned})"), ("pdf", "SCALE=$$(touch {pwned})"),
+])
+def test_make_passes_every_variable_as_literal_text(make_dir, target, variable):
+    """Issue 79, item 13: not only SET and SLUG; every variable handed on is text, never run."""
+    pwned = make_dir / "pwned"
+    proc, calls = _make(make_dir, target, "SLUG=demo", variable.format(pwned=pwned))
+    assert not pwned.exists(), f"{variable.split('=')[0]} was executed"
+    if target == "pdf":  # runs python -m compendium.publish, not the stub: only nothing may have run
+        return
+    assert proc.returncode == 0, proc.stderr
+    (call,) = calls
+    name, value = variable.format(pwned=pwned).split("=", 1)
+    flag = {"SCALE": "--scale", "PROFILE": "--profile", "CORES": "--cores", "K": "--seeds"}.get(name)
+    if flag:
+        assert call["argv"][call["argv"].index(flag) + 1] == value
+    else:
+        assert "--force" in call["argv"]
+
+
 @pytest.mark.parametrize("target", ["chapter", "book", "validate"])
 def test_make_fails_when_compendium_fails(make_dir, target):
     proc, calls = _make(make_dir, target, "SLUG=demo", "SET=demo.a=1;true", rc=3)
