@@ -139,7 +139,7 @@ def _notebook_error(nb: dict) -> str | None:
 def check_run(entry, registry, scale: str, parameters: dict, fp: Fingerprinter) -> Path:
     """The folder of a finished, current run of ``entry`` at ``scale``; raises :class:`Refused`."""
     out = paths.results_root() / scale / entry.slug
-    where = f"results/{scale}/{entry.slug}"
+    where = out.relative_to(paths.ROOT) if out.is_relative_to(paths.ROOT) else out
     if (out / "FAILED.json").is_file():
         raise Refused(entry.slug, f"its last run at scale {scale} failed ({where}/FAILED.json)")
     notebook, claims = out / f"{entry.slug}.ipynb", out / "claims.json"

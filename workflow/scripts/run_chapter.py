@@ -36,7 +36,7 @@ with open(sm.log[0], "w", encoding="utf-8") as log:
             log=log,
         )
     except ChapterFailed as err:
-        print(f"\nERROR {err}\n  see {sm.log[0]} and results/{sm.wildcards.scale}/{sm.wildcards.slug}/FAILED.json\n",
+        print(f"\nERROR {err}\n  see {sm.log[0]} and {Path(sm.output.claims).parent / 'FAILED.json'}\n",
               file=sys.stderr)
         log.write(f"\nERROR {err}\n")
         sys.exit(1)
