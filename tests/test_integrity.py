@@ -457,3 +457,15 @@ def test_execute_seeds_beyond_the_trained_blocks_are_refused_before_running(monk
     monkeypatch.setattr(execute, "execute_chapter", lambda *a, **k: pytest.fail("a notebook was started"))
     assert cli.main(["execute", "bspar_retouching", "--seeds", "5"]) == 2
     assert "seed-5" in capsys.readouterr().err
+
+
+def test_stability_leaves_out_the_seeds_the_assets_cannot_serve(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(cli, "_call", lambda cmd: calls.append(cmd) or 0)
+    assert cli.main(["stability", "--only", "bspar_retouching", "--seeds", "6", "--no-sweeps", "--dry-run"]) == 0
+    (cmd,) = calls
+    asked = " ".join(cmd)
+    assert all(f"variants/seed-{s}/claims.json" in asked for s in range(1, 5))
+    assert "seed-5/" not in asked and "seed-6/" not in asked
+    err = capsys.readouterr().err
+    assert "bspar_retouching/seed-5 left out" in err and "bspar_retouching/seed-6 left out" in err
