@@ -2,7 +2,7 @@
 
 Every chapter notebook's narrative Markdown (the MyST text outside code cells) is scanned for
 numbers that could state a result: decimals (``0.91``, ``1.5``, ``3e-4``), integers followed by a
-percent sign (``12 %``) and integers written with an explicit sign (``+5``, ``−24``). Integers
+percent sign or "points" (``12 %``, ``5 points``) and integers written with an explicit sign (``+5``, ``−24``). Integers
 otherwise are counts, seeds, sizes or years and are not scanned. Not scanned either: the front
 matter, section titles, code cells and other code blocks (the parameters cell among them), math
 (``$...$``, ``$$...$$``, ``{math}`` roles and directives), roles such as ``{cite}``, ``{glue:text}``
@@ -58,7 +58,7 @@ NUMBER = re.compile(
     r"(?:"
     r"(?P<signed>[+±−-]?\d+(?:\.\d+)?[eE][+−-]?\d+)"          # 3e-4, 1.5e3
     r"|(?P<decimal>[+±−-]?\d*\.\d+)"                          # 0.91, .5, −0.3
-    r"|(?P<percent>[+±−-]?\d+(?=\s?%))"                       # 12 %, 12%
+    r"|(?P<percent>[+±−-]?\d+(?=\s?%|\s(?:points?|pp)\b))"    # 12 %, 12%, 5 points
     r"|(?P<sign>(?:(?<=\s)|(?<=^)|(?<=\())[+±−]\d+)"          # +5, −24 (an explicit sign)
     r")"
     r"(?![\w.]\d|\d)"
