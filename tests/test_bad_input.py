@@ -502,3 +502,17 @@ def test_chapter_runs_share_the_project_but_not_a_chapter(tmp_path):
         with pytest.raises(Refused, match="another build is running"):
             with _BuildLock(tmp_path, shared=True):
                 pass
+
+
+def test_only_one_chapter_never_waits_for_the_rest_of_the_book():
+    """`build --only SLUG` (`make chapter`): the book waits for that chapter alone, so a fresh clone or a
+    new scale never runs every other chapter, nor trains their assets, to rebuild the book."""
+    from compendium.registry import RegistryError
+    from compendium.workflow import Plan
+
+    plan = Plan.from_config({"scale": "full", "only": ["continuized_hippo"]}, keep=False)
+    assert plan.book_chapters() == ["continuized_hippo"]
+    everything = Plan.from_config({"scale": "full"}, keep=False)
+    assert len(everything.book_chapters()) == len(everything.registry.ready) > 1
+    with pytest.raises(RegistryError, match="not ready: nope"):
+        Plan.from_config({"scale": "full", "only": ["nope"]}, keep=False)

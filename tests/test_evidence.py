@@ -344,6 +344,8 @@ def test_the_store_fits_its_budget():
             continue
         data = json.loads((folder / "record.json").read_text())
         assert evidence.schema_problem(data) is None, folder.name
+        record, problem = evidence.load_record(folder.name, "full")  # schema, chapter, page and figure hashes
+        assert problem is None and record is not None, problem
         assert not any(p.suffix in (".pt", ".pth", ".npy", ".npz", ".safetensors", ".bin", ".ckpt")
                        for p in folder.rglob("*")), f"{folder.name}: weights are not evidence"
 

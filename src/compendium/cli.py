@@ -155,7 +155,7 @@ def _run_config(args, plan: Plan, partial: bool) -> Path:
     overrides = overrides_from_strings(args.set or [], default_slug=only[0] if len(only) == 1 else None)
     device = args.device if args.device != "auto" else ("cuda" if args.profile == "gpu" else "auto")
     config = {"scale": plan.scale, "overrides": overrides, "device": device, "profile": args.profile,
-              "partial": partial}
+              "partial": partial, "only": list(only)}
     # inside the project, not /tmp: cluster jobs (--profile slurm) read it on other nodes
     (paths.ROOT / ".snakemake").mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix="compendium-run-", suffix=".yaml", dir=paths.ROOT / ".snakemake")
@@ -700,7 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="local", help=f"where it runs: {', '.join(PROFILES)}")
     p.add_argument("--cores", type=_positive_int, default=None, help="cores for Snakemake (default: the profile's)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device for every chapter")
-    p.add_argument("--only", nargs="+", metavar="SLUG", help="run these chapters (and rebuild the book)")
+    p.add_argument("--only", nargs="+", metavar="SLUG", help="run these chapters and rebuild the book from them and the others' results as they are")
     p.add_argument("--force", nargs="+", metavar="SLUG", help="rerun these chapters even if up to date")
     p.add_argument("--no-keep-going", dest="keep_going", action="store_false",
                    help="stop at the first failing chapter")

@@ -28,7 +28,7 @@ from pathlib import Path
 from . import paths
 from .registry import DEVICES, Registry, RegistryError, load_registry
 
-CONFIG_KEYS = {"scale", "registry", "overrides", "device", "partial", "profile"}
+CONFIG_KEYS = {"scale", "registry", "overrides", "device", "partial", "profile", "only"}
 PROFILES = ("local", "gpu", "slurm")
 #: The time a current job's stamp carries (2000-01-01): older than any output it could have.
 STAMP_CURRENT_TIME = 946684800
@@ -101,7 +101,7 @@ def _plan_key(config: dict) -> str | None:
     import sys
 
     defaults = {"scale": "smoke", "registry": "workflow/config/chapters.yaml", "overrides": {}, "device": "auto",
-                "partial": False, "profile": "local"}
+                "partial": False, "profile": "local", "only": []}
     effective = {**defaults, **{k: v for k, v in config.items() if v is not None}}
     effective["overrides"] = effective["overrides"] or {}
     try:
@@ -152,7 +152,7 @@ def _keep_plan(key: str | None, plan: "Plan") -> None:
         return
     plans = _read_plans()
     plans.pop(key, None)
-    plans[key] = Plan(plan.registry, plan.scale, plan.params, plan.device, plan.partial, plan.profile)
+    plans[key] = Plan(plan.registry, plan.scale, plan.params, plan.device, plan.partial, plan.profile, plan.only)
     while len(plans) > _PLAN_CACHE_SIZE:
         plans.pop(next(iter(plans)))
     path = _plan_cache_path()
@@ -212,6 +212,7 @@ class Plan:
     device: str
     partial: bool
     profile: str
+    only: tuple = ()  # `build --only`: the book waits for these chapters alone and shows the rest as they are
     states: dict = field(default_factory=dict, compare=False, repr=False)  # job -> provenance Status
     paths_s: dict = field(default_factory=dict, compare=False, repr=False)  # job -> longest path, seconds
 
@@ -264,7 +265,14 @@ class Plan:
         partial = config.get("partial", False)
         if not isinstance(partial, bool):
             raise RegistryError(f"config 'partial' must be true or false, got {partial!r}")
-        return cls(registry, scale, params, device, partial, profile)
+        only = config.get("only") or []
+        if not isinstance(only, (list, tuple)) or not all(isinstance(s, str) for s in only):
+            raise RegistryError(f"config 'only' must be a list of chapter slugs, got {only!r}")
+        ready = {c.slug for c in registry.ready}
+        unknown = [s for s in only if s not in ready]
+        if unknown:
+            raise RegistryError(f"config 'only' names chapters that are not ready: {', '.join(unknown)}")
+        return cls(registry, scale, params, device, partial, profile, tuple(only))
 
     # ---------------------------------------------------------------- chapter paths
     def out(self, slug: str, name: str) -> str:
@@ -374,7 +382,11 @@ class Plan:
 
     # ---------------------------------------------------------------- book
     def book_chapters(self) -> list[str]:
-        """Chapters the book waits for; with ``partial`` only those that already finished."""
+        """Chapters the book waits for; with ``partial`` only those that already finished; with ``only``
+        (``build --only``) those chapters alone: the others are shown as they are (stale, not run), so
+        rerunning one chapter never runs the rest of the book, nor trains their assets."""
+        if self.only:
+            return list(self.only)
         slugs = [c.slug for c in self.registry.ready]
         if self.partial:
             slugs = [s for s in slugs if self.finished(s)]

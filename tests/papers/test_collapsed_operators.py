@@ -195,6 +195,18 @@ def test_symbolic_residuals_vanish():
     assert symbolic.scalar_schur_is_nonnegative() is True
 
 
+def test_wrong_witness_residual_does_not_vanish():
+    assert sympy.simplify(symbolic.schur_psd_witness_residual(witness_sign=1)) != 0
+    with pytest.raises(ValueError, match="witness_sign"):
+        symbolic.schur_psd_witness_residual(witness_sign=0)
+
+
+def test_signed_edge_fill_is_never_denser_than_l0():
+    fill = paper.signed_edge_fill(paper.Config(**TINY))
+    assert fill.shape == (TINY["num_complexes"], 2)
+    assert np.all(fill[:, 1] <= fill[:, 0])
+
+
 def test_symbolic_residual_detects_a_broken_boundary(monkeypatch):
     original = symbolic.boundary_matrices
 

@@ -281,3 +281,11 @@ def test_secular_expansion_gives_two_term_law_and_remainder():
     from compendium.papers import continuized_hippo as ch
 
     assert ch.secular_two_term_residual() == (0, 0)
+
+
+def test_wrong_candidates_leave_nonzero_residuals():
+    import sympy
+
+    assert sympy.simplify(paper.continuum_impulse_residual(argument_scale=1)) != 0
+    assert sympy.simplify(paper.scalar_kernel_residual(target_scale=1)) != 0
+    assert sympy.simplify(paper.eigenfunction_residual(eigenvalue_sign=-1)) != 0

@@ -280,8 +280,12 @@ def test_run_evaluates_the_controls_paired_with_their_claims():
     # share 0 is D itself, bit for bit
     assert np.array_equal(res.metrics[("level1_swap", "D", 0)]["iou"], res.metrics[("level1", "D", 0)]["iou"])
     m = paper.measurements(res)
-    for key in ("tint_ctxswap_minus_D", "face_brokenE_minus_D", "iou_D_minus_brokenE"):
+    for key in ("tint_ctxswap_minus_D", "face_brokenE_minus_D", "iou_D_minus_brokenE", "D_minus_copy_iou"):
         assert len(m[key]) == 2
+    # the floor: the copy baseline's IoU is that of the pose-A silhouette against the target's
+    far = res.sets["far"]
+    copy_iou = paper.iou(np.asarray(far["appearance_mask"], bool), far["target"][..., 3] > 0.5)
+    assert np.isclose(m["D_minus_copy_iou"][0].point, (res.metrics[("far", "D", 0)]["iou"] - copy_iou).mean())
     d = res.metrics
     assert np.isclose(m["tint_ctxswap_minus_D"][0].point,
                       (d[("far_ctxswap", "D", 0)]["tint_error"] - d[("far", "D", 0)]["tint_error"]).mean())

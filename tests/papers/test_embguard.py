@@ -217,6 +217,9 @@ def test_tiny_run(spec, tmp_path, monkeypatch):
     assert res.round_trip_mismatches == 0 and res.malformed_accepted == 0 and res.fpr_at_tpr_gap == 0
     assert res.rule_fpr["decoupled_benign"] == 1.0 and res.rule_fpr["absent_benign"] == 0.0
     assert m["premise"].n == 2 and 0 <= m["fpr_d"].point <= 1 and -1 <= m["dose"].point <= 1
+    # the learned-model floor: (d)'s causal-risky TPR minus its absent-benign FPR (0 for a constant guard)
+    floor = res.tpr["causal_risky"]["embguard"] - res.fpr["absent_benign"]["embguard"]
+    assert m["floor"].n == 2 and np.isclose(m["floor"].point, floor.mean())
     assert all(v == 0 for k, v in res.checks.items() if k != "samples")
     with pytest.raises(ValueError):
         paper.Config(test_per_condition=1)

@@ -284,6 +284,11 @@ def test_run_tiny_equal_budget_and_paired():
     assert e.point == pytest.approx(d.mean()) and e.n == 2 and e.low <= e.point <= e.high
     h = ex.headline(r.metrics, ("monocular",))["monocular"]
     assert h["leak_excess"].point == pytest.approx(e.point) and h["vanilla_gap"].n == 2
+    # the floor: a flat image scores one PSNR per training seed, and the floors pair it with each arm
+    flat = r.metrics["monocular"]["flat"]
+    assert len(flat["test_psnr"]) == 2 and np.isfinite(flat["test_psnr"]).all()
+    assert h["vanilla_over_flat"].point == pytest.approx(
+        np.mean(np.subtract(r.metrics["monocular"]["vanilla"]["test_psnr"], flat["test_psnr"])))
     # the tuning: the chosen weight is the dev argmax, and the hard-prior models use it
     tu = r.tuning["monocular"]
     assert tu["grid"] == [0.1, 1.0] and len(tu["dev_psnr"]) == 2

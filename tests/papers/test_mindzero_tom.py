@@ -95,3 +95,5 @@ def test_tiny_run_is_deterministic_and_learns():
     assert np.all(acc["exact"] >= 0.4)
     m = paper.measurements(a)
     assert 0 <= m["weak_seeds_pass"] <= 2
+    # the learned-model floor: ELBO net minus the heading rule, paired over training seeds
+    assert m["heading_gap"].n == 2 and np.isclose(m["heading_gap"].point, (acc["elbo"] - acc["heading"]).mean())

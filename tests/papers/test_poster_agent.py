@@ -179,6 +179,11 @@ def test_tiny_training_run_evaluation_and_asset_roundtrip(tmp_path, monkeypatch)
     assert 0.0 <= lo <= hi <= 1.0
     m = paper.measurements(res)
     assert len(m["sarl_vs_traj"]) == 2 and all(isinstance(e, Estimate) for e in m["sarl_vs_traj"])
+    # the learned-model floor's chance reward: one value in [0, 1] per held-out prompt, and the floor
+    # estimate is the arm's final reward minus it
+    assert res.random_layout.shape == (20,) and np.all((res.random_layout >= 0) & (res.random_layout <= 1))
+    assert set(m["floor"]) == {"sarl", "trajectory"} and len(m["floor"]["sarl"]) == 2
+    assert np.isclose(m["floor"]["sarl"][0].point, (ep["R"][0, :, -1] - res.random_layout).mean())
     assert len(meta["arms"]["sarl"]["curve"]["update"]) == TINY.updates + 1
     # best of K + 1 drafts is at least the greedy draft of the same policy
     assert np.all(res.best_of >= res.episodes["one_shot"]["R"][:, :, 0] - 1e-12)

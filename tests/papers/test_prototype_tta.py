@@ -281,3 +281,11 @@ def test_break_even_encoder_size():
     assert paper.break_even_encoder_macs(100.0, 100.0, 0.9) == 0.0
     with pytest.raises(ValueError):
         paper.break_even_encoder_macs(1.0, 2.0, 1.0)
+
+
+def test_encoder_gains_floor_is_zero_shot_minus_chance():
+    table = {"zero-shot": np.array([[30.0, 50.0]]), "PTA": np.array([[40.0, 50.0]]), "TDA": np.array([[35.0, 45.0]]),
+             "PTA-uniform": np.array([[38.0, 48.0]])}
+    g = paper.encoder_gains({"accuracy": table, "contaminated": table})
+    assert g["zero_shot_over_chance"] == pytest.approx(40.0 - 100.0 / paper.DIGIT_CLASSES)
+    assert g["pta_vs_zero_shot"] == pytest.approx(5.0)

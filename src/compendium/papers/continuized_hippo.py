@@ -455,28 +455,39 @@ def closed_form_ode_residual(order: int):
     return sp.expand(sum(p**2 for p in parts))
 
 
-def continuum_impulse_residual():
-    """``h_tau - K h`` for ``h = sqrt(2x) J0(2x sqrt(tau))``, plus ``h(0, x) - sqrt(2x)``."""
+def continuum_impulse_residual(argument_scale: int = 2):
+    """``h_tau - K h`` for ``h = sqrt(2x) J0(2x sqrt(tau))``, plus ``h(0, x) - sqrt(2x)``.
+
+    ``argument_scale`` other than 2 gives the wrong candidate ``sqrt(2x) J0(a x sqrt(tau))``, whose
+    residual does not vanish (the negative control of the symbolic check).
+    """
     import sympy as sp
 
     x, y, tau = sp.symbols("x y tau", positive=True)
-    h = sp.sqrt(2 * x) * sp.besselj(0, 2 * x * sp.sqrt(tau))
+    h = sp.sqrt(2 * x) * sp.besselj(0, argument_scale * x * sp.sqrt(tau))
     Kh = -2 * sp.sqrt(x) * sp.integrate(sp.sqrt(y) * h.subs(x, y), (y, 0, x))
     return sp.simplify(sp.diff(h, tau) - Kh) + sp.simplify(h.subs(tau, 0) - sp.sqrt(2 * x))
 
 
-def scalar_kernel_residual():
-    """``int_0^1 b(x) h(tau, x) dx - J1(2 sqrt(tau)) / sqrt(tau)``: the read-out ``C = b``."""
+def scalar_kernel_residual(target_scale: int = 2):
+    """``int_0^1 b(x) h(tau, x) dx - J1(2 sqrt(tau)) / sqrt(tau)``: the read-out ``C = b``.
+
+    ``target_scale`` other than 2 compares with the wrong target ``J1(a sqrt(tau)) / sqrt(tau)``
+    (the negative control).
+    """
     import sympy as sp
 
     x, tau = sp.symbols("x tau", positive=True)
     h = sp.sqrt(2 * x) * sp.besselj(0, 2 * x * sp.sqrt(tau))
     kernel = sp.integrate(sp.sqrt(2 * x) * h, (x, 0, 1))
-    return sp.simplify(kernel - sp.besselj(1, 2 * sp.sqrt(tau)) / sp.sqrt(tau))
+    return sp.simplify(kernel - sp.besselj(1, target_scale * sp.sqrt(tau)) / sp.sqrt(tau))
 
 
-def eigenfunction_residual():
-    """``T phi_m - (i / c_m) phi_m`` for ``phi_m = sqrt(x) exp(i c_m x^2)``, symbolic integer ``m >= 0``."""
+def eigenfunction_residual(eigenvalue_sign: int = 1):
+    """``T phi_m - (i / c_m) phi_m`` for ``phi_m = sqrt(x) exp(i c_m x^2)``, symbolic integer ``m >= 0``.
+
+    ``eigenvalue_sign=-1`` tests the wrong eigenvalue ``-i / c_m`` (the negative control).
+    """
     import sympy as sp
 
     x, y = sp.symbols("x y", positive=True)
@@ -485,7 +496,7 @@ def eigenfunction_residual():
     phi = sp.sqrt(x) * sp.exp(sp.I * c * x**2)
     weighted = sp.sqrt(y) * phi.subs(x, y)
     T_phi = -sp.sqrt(x) * (sp.integrate(weighted, (y, 0, x)) - sp.integrate(weighted, (y, x, 1)))
-    return sp.simplify(T_phi - sp.I / c * phi)
+    return sp.simplify(T_phi - eigenvalue_sign * sp.I / c * phi)
 
 
 # ---------------------------------------------------------------------- the experiment

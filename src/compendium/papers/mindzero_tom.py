@@ -631,6 +631,8 @@ def measurements(result: Result, *, min_gain: float = 0.05, alpha: float = 0.01)
     out["weak_gaps"] = gaps
     out["weak_seeds_pass"] = int(sum(g >= min_gain and p < alpha for g, p in gaps))
     out["weak_gap"] = stats.paired_difference(met["acc_all"]["elbo"], met["acc_all"]["weak"], unit=unit)
+    # learned-model floor: the ELBO net against the hand-coded heading rule, over training seeds
+    out["heading_gap"] = stats.paired_difference(met["acc_all"]["elbo"], met["acc_all"]["heading"], unit=unit)
     ctrl = paired_gap_per_seed(per_seed, "untrained", "weak")
     out["untrained_gaps"] = ctrl
     out["untrained_seeds_pass"] = int(sum(g >= min_gain and p < alpha for g, p in ctrl))

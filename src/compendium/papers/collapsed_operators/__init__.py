@@ -70,6 +70,7 @@ from .experiment import (
     Config,
     Result,
     exact_checks,
+    signed_edge_fill,
     ledger_estimates,
     operators_for,
     pitfall_numbers,

@@ -182,6 +182,24 @@ def exact_checks(cx: SimplicialComplex, coupling_cost: float, rng: np.random.Gen
     }
 
 
+def signed_edge_fill(config: Config) -> np.ndarray:
+    """Off-diagonal nonzeros of ``(L0, S)`` under the ``signed_edge`` coupling, on the exact-check complexes.
+
+    There ``B1 B2 = 0`` makes ``S = c/(1+c) L0`` (Exercise 1): a Schur complement that is *not*
+    denser than ``L0``. The negative control of ``generally-dense``: the same fill-in count (entries
+    above ``ZERO_TOL ||L0||``) must not call it denser. Returns an (N, 2) int array.
+    """
+    nnz = []
+    for i in range(config.num_complexes):
+        _, cx = random_complex(i, config.max_vertices, make_rng(config.seed, 1, i))
+        op = graded_operator(cx, "signed_edge", config.coupling_cost)
+        L0, S = op.blocks()[0], collapsed_operator(op)
+        scale = max(np.linalg.eigvalsh(L0)[-1], 1.0)
+        off = ~np.eye(cx.num_vertices, dtype=bool)
+        nnz.append((int(np.sum(np.abs(L0[off]) > ZERO_TOL * scale)), int(np.sum(np.abs(S[off]) > ZERO_TOL * scale))))
+    return np.array(nnz)
+
+
 def operators_for(cx: SimplicialComplex, coupling_cost: float) -> dict:
     """The four vertex operators compared in the experiments, keyed by :data:`METHODS`."""
     op = graded_operator(cx, "triangle_shift", coupling_cost)

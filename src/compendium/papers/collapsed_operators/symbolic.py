@@ -69,8 +69,11 @@ def completion_of_square_residual(size: int = 2) -> sympy.Expr:
     return sympy.cancel(sympy.together(((z.T * M * z) - (x.T * S * x) - (r.T * C * r))[0, 0]))
 
 
-def schur_psd_witness_residual(size: int = 2) -> sympy.Expr:
+def schur_psd_witness_residual(size: int = 2, witness_sign: int = -1) -> sympy.Expr:
     """The two witnesses of ``0 <= S <= A`` for ``M >= 0``, ``C > 0``.
+
+    ``witness_sign=+1`` gives a deliberately wrong witness ``w = [x; +C^-1 B^T x]`` whose
+    residual does not vanish (the negative control of the symbolic check).
 
     ``x^T S x = w^T M w`` with ``w = [x; -C^-1 B^T x]`` (so ``S >= 0`` when ``M >= 0``) and
     ``x^T (A - S) x = v^T C v`` with ``v = C^-1 B^T x`` (so ``S <= A`` when ``C > 0``).
@@ -80,7 +83,9 @@ def schur_psd_witness_residual(size: int = 2) -> sympy.Expr:
     x = _generic("x", size, 1)
     S = A - B * Ci * B.T
     M = sympy.BlockMatrix([[A, B], [B.T, C]]).as_explicit()
-    w = x.col_join(-Ci * B.T * x)
+    if witness_sign not in (-1, 1):
+        raise ValueError(f"witness_sign must be -1 or +1, got {witness_sign!r}")
+    w = x.col_join(witness_sign * Ci * B.T * x)
     v = Ci * B.T * x
     first = (x.T * S * x - w.T * M * w)[0, 0]
     second = (x.T * (A - S) * x - v.T * C * v)[0, 0]

@@ -373,6 +373,8 @@ def run(config: Config, models: dict, meta: dict) -> Result:
         res.probe[(s, "truth")] = P.coordinate_error(probe, d["target"][..., :3], d["target"][..., 3] > 0.5, d)
         res.probe[(s, "copy")] = P.coordinate_error(probe, *P.pose_a_copy(d), d)
         res.probe[(s, "blank")] = P.coordinate_error(probe, d["background"], np.zeros(d["target"].shape[:3], bool), d)
+        # the trivial baseline for IoU: the pose-A silhouette copied, unturned, against the target's
+        res.probe[(s, "copy_iou")] = iou(P.pose_a_copy(d)[1], d["target"][..., 3] > 0.5)
     res.impl = implementation_checks(np.random.default_rng(config.seed + 99))
     return res
 
@@ -403,6 +405,8 @@ def measurements(res: Result) -> dict:
                                                    [m[("far", "D", k)]["iou"].mean() for k in seeds], unit="training seed")
     out["probe_copy_minus_truth"] = stats.paired_difference(res.probe[("far", "copy")], res.probe[("far", "truth")],
                                                             unit="far-gap test triplet")
+    out["D_minus_copy_iou"] = [stats.paired_difference(m[("far", "D", k)]["iou"], res.probe[("far", "copy_iou")],
+                                                       unit="far-gap test triplet") for k in seeds]
     out["probe_mean"] = {key: float(v.mean()) for key, v in res.probe.items() if isinstance(key, tuple)}
     # proxy robustness: per trained model, OLS slope of IoU on proxy error over the four levels
     slopes = {}

@@ -162,6 +162,8 @@ def measurements(res: Result) -> dict:
     out: dict = {}
     unit = "trained models (training seeds)"
     dec, ab = res.fpr["decoupled_benign"], res.fpr["absent_benign"]
+    # learned-model floor: a constant guard ("always safe" or "always unsafe") has TPR - FPR = 0
+    out["floor"] = paired_difference(res.tpr["causal_risky"]["embguard"], ab["embguard"], unit=unit)
     out["premise"] = mean_interval(dec["no_decoupled"], unit=unit)
     out["fpr_d"] = mean_interval(dec["embguard"], unit=unit)
     out["halved"] = paired_difference(dec["embguard"], 0.5 * dec["no_decoupled"], unit=unit)

@@ -283,6 +283,24 @@ def view_psnr(model, cams, imgs, masks=None):
     return float(np.mean(out)) if out else float("nan")
 
 
+class FlatImage:
+    """The trivial baseline: every view rendered as one constant colour (``value``, the mean of the
+    training images), the floor that a fitted model must beat."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def render(self, cam):
+        return self.value
+
+
+def flat_metrics(train_imgs, test_cams, test_imgs, blind_masks) -> dict:
+    """Test PSNR and blind-pixel PSNR of :class:`FlatImage` at the training images' mean colour."""
+    flat = FlatImage(torch.stack([torch.as_tensor(i) for i in train_imgs]).double().mean(dim=(0, 1)))
+    return {"test_psnr": view_psnr(flat, test_cams, test_imgs),
+            "blind_psnr": view_psnr(flat, test_cams, test_imgs, blind_masks)}
+
+
 def model_metrics(model, train_cams, train_imgs, test_cams, test_imgs, blind_masks, fields,
                   blind_pts, voxel=0.25, blind_band=1.0):
     """Test/train PSNR, gap, Leak, blind-region chamfer and blind-pixel PSNR of one model."""
@@ -462,6 +480,8 @@ def evaluate(trained: Trained, test_seed: int, n_test_views: int) -> dict:
                 for key, val in model_metrics(ms[k], cams, imgs, test_cams, test_imgs, masks,
                                               trained.fields, blind_pts).items():
                     metrics[setting][arm].setdefault(key, []).append(val)
+            for key, val in flat_metrics(imgs, test_cams, test_imgs, masks).items():  # the floor
+                metrics[setting].setdefault("flat", {}).setdefault(key, []).append(val)
     return metrics
 
 
@@ -537,6 +557,10 @@ def headline(metrics, settings=SETTINGS):
             "nobarrier_leak_excess": paired(metrics, s, "energs_nobarrier", "vanilla", "leak", 0.5),
             "vanilla_gap": _mean(metrics[s]["vanilla"]["gap"], s),
             "vanilla_psnr": _mean(metrics[s]["vanilla"]["test_psnr"], s),
+            # learned-model floors: test PSNR over a flat image of the training images' mean colour
+            "vanilla_over_flat": paired(metrics, s, "vanilla", "flat", "test_psnr"),
+            "energs_over_flat": paired(metrics, s, "energs", "flat", "test_psnr"),
+            "hard_over_flat_blind": paired(metrics, s, "hard_prior", "flat", "blind_psnr"),
         }
     return out
 

@@ -110,7 +110,8 @@ class Result:
         risk, SE, excess ``pooled - alpha - 3 SE``.
     routing : DataFrame, one row per (n, alpha): system pooled risk, SE, excess, retentions of the
         system and of each model alone (LEC), share of inputs answered by model 1, and the per-draw
-        paired gain of the system over the better single model (``retention_gain``, ``gain_se``).
+        paired gain of the system over the better single model (``retention_gain``, ``gain_se``),
+        and of the worse single model over the better (``worse_gain``, ``worse_gain_se``).
     routing_thresholds : dict ``(n, alpha) -> (lambda1, lambda2)``, each (num_splits,).
     unit_checks : dict of booleans (the exact checks of the rule).
     """
@@ -317,13 +318,16 @@ def run(config: Config) -> Result:
             ret1 = routing.first.accept_probability(th.lec_thresholds(cal1, alpha))
             ret2 = routing.second.accept_probability(th.lec_thresholds(cal2, alpha))
             routing_lams[(n, alpha)] = (lam1, lam2)
-            d_best = acc - (ret1 if ret1.mean() >= ret2.mean() else ret2)  # paired per draw
+            better, worse = (ret1, ret2) if ret1.mean() >= ret2.mean() else (ret2, ret1)
+            d_best = acc - better  # paired per draw
+            d_worse = worse - better  # the retention test's negative control
             routing_rows.append(dict(
                 n=n, alpha=alpha, pooled_risk=ratio, risk_se=se, excess=excess, accepting=int(np.sum(acc > 0)),
                 retention_system=float(acc.mean()), retention_first=float(ret1.mean()),
                 retention_second=float(ret2.mean()),
                 retention_gain=float(acc.mean() - max(ret1.mean(), ret2.mean())),
                 gain_se=float(d_best.std(ddof=1) / np.sqrt(d_best.size)),
+                worse_gain=float(d_worse.mean()), worse_gain_se=float(d_worse.std(ddof=1) / np.sqrt(d_worse.size)),
                 answered_by_first=float(routing.first.accept_probability(lam1).mean())))
 
     return Result(

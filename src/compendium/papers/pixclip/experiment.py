@@ -155,6 +155,9 @@ def summarise(metrics: dict) -> dict:
         "global_retention": paired_difference(g("d_pixclip", "global_r1"), g("global_clip", "global_r1"), unit=unit),
         "global_clip_r1": mean_interval(g("global_clip", "global_r1"), unit=unit),
         "shape_transfer_min": float(np.min(g("d_pixclip", "region_r1_exact") / np.maximum(d, 1e-9))),
+        # learned-model floors: worst seed's recall above chance
+        "d_over_chance_min": float(np.min(d - g("d_pixclip", "region_chance"))),
+        "global_clip_over_chance_min": float(np.min(g("global_clip", "global_r1") - g("global_clip", "global_chance"))),
     }
     for variant, name in (("d_minus_l2", "L2"), ("d_minus_l3", "L3")):
         out[f"branch_{name}_min"] = float(np.min(d - g(variant, "region_r1_box")))

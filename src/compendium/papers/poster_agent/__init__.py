@@ -57,6 +57,7 @@ Small-scale deviations
 
 from .env import COMPONENTS, NUM_BINS, SLOTS, LayoutEnv, Prompts, apply_edit, boxes, render, reward
 from .experiment import (
+    FLOOR_MARGIN,
     UNIT,
     Config,
     Result,
@@ -74,7 +75,7 @@ from .policy import LayoutPolicy
 from .training import ARMS, ASSET_NAME, Settings, arm_loss, best_of_drafts, build_asset, collect, evaluate, load_policies, settings_for, train_arm
 
 __all__ = [
-    "ARMS", "ASSET_NAME", "COMPONENTS", "NUM_BINS", "SLOTS", "UNIT", "Config", "LayoutEnv", "LayoutPolicy", "Prompts",
+    "ARMS", "ASSET_NAME", "COMPONENTS", "FLOOR_MARGIN", "NUM_BINS", "SLOTS", "UNIT", "Config", "LayoutEnv", "LayoutPolicy", "Prompts",
     "Result", "Settings", "advantage_checks", "apply_edit", "arm_loss", "best_of_drafts", "boxes", "build_asset",
     "collect", "component_range", "determinism_gap", "evaluate", "k0_gradient_gap", "load_policies", "measurements",
     "per_seed", "render", "reward", "run", "settings_for", "telescoping_gap", "train_arm", "weakest",

@@ -18,9 +18,12 @@ from .policy import LayoutPolicy
 from .training import ARMS, Settings, arm_loss, best_of_drafts, collect, evaluate
 
 __all__ = ["Config", "Result", "run", "measurements", "per_seed", "weakest", "telescoping_gap", "advantage_checks",
-           "component_range", "determinism_gap", "k0_gradient_gap", "UNIT"]
+           "component_range", "determinism_gap", "k0_gradient_gap", "UNIT", "FLOOR_MARGIN"]
 
 UNIT = "held-out prompts"
+#: The learned-model floor: a trained arm's final R must beat uniformly random layouts by this much.
+FLOOR_MARGIN = 0.05
+RANDOM_LAYOUTS = 16          # random layouts per held-out prompt for the floor's chance reward
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Result:
     curves: dict
     samples_per_update: dict
     components: dict
+    random_layout: np.ndarray | None = None    # (N,) mean R of uniformly random layouts per prompt
 
 
 def run(config: Config, policies: dict, meta: dict) -> Result:
@@ -79,8 +83,11 @@ def run(config: Config, policies: dict, meta: dict) -> Result:
     for arm in ARMS:
         _, parts = reward(pm, episodes[arm]["layouts"], components=True)       # (M, N, K + 1) each
         comps[arm] = parts
+    # chance: uniformly random layouts (every box bin drawn uniformly), the same for every model
+    lay = np.random.default_rng([config.seed, 4243]).integers(0, NUM_BINS, size=(len(prompts), RANDOM_LAYOUTS, len(SLOTS), 4))
+    random_layout = reward(prompts.expand(1), lay).mean(-1)                     # (N,)
     return Result(episodes, best["best"], prompts, st, {a: meta["arms"][a]["curve"] for a in ARMS},
-                  {a: meta["arms"][a]["samples_per_update"] for a in ARMS}, comps)
+                  {a: meta["arms"][a]["samples_per_update"] for a in ARMS}, comps, random_layout)
 
 
 def per_seed(fn, *arrays) -> list[Estimate]:
@@ -113,6 +120,9 @@ def measurements(res: Result) -> dict:
         "no_norm_vs_sarl": per_seed(pdiff, final["sarl_no_norm"], final["sarl"]),
         "traj_step_dR": per_seed(mint, step_mean["trajectory"]),
     }
+    if res.random_layout is not None:     # the learned-model floor: SARL and trajectory GRPO against random layouts
+        chance = np.broadcast_to(res.random_layout, final["sarl"].shape)
+        out["floor"] = {a: per_seed(pdiff, final[a], chance) for a in ("sarl", "trajectory")}
     baselines = {"trajectory GRPO": final["trajectory"].mean(1), "best of K+1 one-shot drafts": res.best_of.mean(1)}
     best = max(baselines, key=lambda k: baselines[k].mean())
     out["headroom"] = mean_interval(baselines[best], level=0.95, unit="training seeds")

@@ -63,6 +63,7 @@ from .data import (
 from .experiment import (
     EXPLORATORY_ALPHAS,
     EXPLORATORY_BETAS,
+    DIGIT_CLASSES,
     Config,
     Result,
     adaptation,

@@ -106,6 +106,11 @@ def run_replicate(config: Config, replicate: int, tpl: dict, real: list) -> dict
     mlp = fc.train_global_mlp(X, Y, **kw)
     leaky = fc.train_global_mlp(np.concatenate([X, Xl]), np.concatenate([Y, Yl]), **kw)
     control = fc.train_global_mlp(np.concatenate([X, Xc]), np.concatenate([Y, Yc]), **kw)
+    # positive control: the same leaked windows repeated until they are as many as the clean corpus,
+    # a leak the check must detect (if it does not, a 'no effect' from the real leak means nothing)
+    repeat = max(1, len(X) // max(1, len(Xl)))
+    planted = fc.train_global_mlp(np.concatenate([X, np.repeat(Xl, repeat, axis=0)]),
+                                  np.concatenate([Y, np.repeat(Yl, repeat, axis=0)]), **kw)
     training_audit = {"clean_windows_past_cutoff": int(np.sum(ends > CUTOFF)),
                       "leaky_windows_past_cutoff": int(np.sum(np.concatenate([ends, ends_l]) > CUTOFF)),
                       "control_windows_past_cutoff": int(np.sum(np.concatenate([ends, ends_c]) > CUTOFF)),
@@ -114,7 +119,8 @@ def run_replicate(config: Config, replicate: int, tpl: dict, real: list) -> dict
     scale = metrics.mase_scale(history, periods)
     leak = {"replicate": replicate,
             **{f"mase_{name}": float(metrics.mase(clean_truth, fc.mlp_forecast(m, history), scale).mean())
-               for name, m in (("clean", mlp), ("leaky", leaky), ("control", control))}}
+               for name, m in (("clean", mlp), ("leaky", leaky), ("control", control), ("planted", planted))},
+            "planted_repeat": repeat}
 
     # --- context model: trained on clean contexts before the cutoff ---------------------------------
     ctx = make_contexts(ctx_domains, ctx_draws, CLEAN, tpl, origin=DEV_ORIGIN)

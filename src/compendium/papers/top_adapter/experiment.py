@@ -316,6 +316,7 @@ def summarize(res: Result) -> dict:
         "vs_linear": pd(a["top"], a["linear"]),
         "permuted_gain": pd(a["top_permuted"], a[res.best_peft]),
         "headroom": stats.mean_interval(a["full"], unit=unit, level=0.90),
+        "top_accuracy": stats.mean_interval(a["top"], unit=unit, level=0.90),
         "probe": stats.mean_interval(a["linear"], unit=unit, level=0.90),
         "probe_dev": stats.mean_interval(res.dev_accuracy["linear"], unit=unit, level=0.90),
         "probe_random": stats.mean_interval(a["linear_random_init"], unit=unit, level=0.90),
