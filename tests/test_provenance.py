@@ -87,7 +87,7 @@ def _run(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 def _status(root: Path) -> dict[str, str]:
     out = _run(root, "status").stdout
     return {(line.split()[2] if line.split()[1] == "asset" else line.split()[1]).rstrip(":"): line
-            for line in out.splitlines() if line.strip()}
+            for line in out.splitlines() if line.strip() and line.split()[1] != "record"}  # records: test_evidence
 
 
 _STATES = """
