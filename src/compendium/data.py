@@ -192,18 +192,7 @@ def load(name: str, *, manifest: str | Path | None = None) -> Dataset | Path:
         if actual != entry["sha256"]:
             raise DataChecksumError(name, entry["sha256"], actual, f"file {entry['path']}")
         return path
-    loader = entry["loader"]
-    module, _, function = str(loader).partition(":")
-    if not module or not function:
-        raise DataError(f"dataset {name!r}: loader {loader!r} is not 'module:function'")
-    if loader not in _FAST:
-        try:
-            found = callable(getattr(importlib.import_module(module), function, None))
-        except ImportError as err:  # ModuleNotFoundError included
-            raise DataError(f"dataset {name!r}: loader {loader!r}: module {module!r} cannot be imported ({err})") from None
-        if not found:
-            raise DataError(f"dataset {name!r}: loader {loader!r}: module {module!r} has no attribute {function!r}")
-    X, y, feature_names, target_names = _call_loader(loader)
+    X, y, feature_names, target_names = _call_loader(entry["loader"])
     actual = canonical_sha256(X, y)
     if actual != entry["sha256"]:
         installed = _installed_version(entry["package"])
@@ -212,10 +201,35 @@ def load(name: str, *, manifest: str | Path | None = None) -> Dataset | Path:
     return Dataset(name, np.asarray(X), np.asarray(y), feature_names, target_names, actual)
 
 
+def loader_problem(name: str, entry: dict) -> str | None:
+    """Why a package entry's ``loader`` cannot be called (not ``module:function``, a module that does not
+    import, a missing function), or None. :func:`verify` (run before every build) reports it as a
+    FAILED line instead of letting an import error reach a chapter as a traceback."""
+    if entry.get("kind") != "package":
+        return None
+    loader = entry.get("loader")
+    module, _, function = str(loader).partition(":")
+    if not module or not function:
+        return f"dataset {name!r}: loader {loader!r} is not 'module:function'"
+    if loader in _FAST:
+        return None
+    try:
+        found = callable(getattr(importlib.import_module(module), function, None))
+    except ImportError as err:  # ModuleNotFoundError included
+        return f"dataset {name!r}: loader {loader!r}: module {module!r} cannot be imported ({err})"
+    if not found:
+        return f"dataset {name!r}: loader {loader!r}: module {module!r} has no attribute {function!r}"
+    return None
+
+
 def verify(manifest: str | Path | None = None) -> list[tuple[str, bool, str]]:
     """Check every entry: ``[(name, ok, message)]`` in manifest order (never raises for a bad checksum)."""
     report = []
     for name, entry in read_manifest(manifest).items():
+        problem = loader_problem(name, entry)
+        if problem:
+            report.append((name, False, problem))
+            continue
         try:
             got = load(name, manifest=manifest)
         except DataError as err:
