@@ -30,7 +30,7 @@ BAD = [
     _row("dup", controls=["c-fail"]), _row("dup", controls=["c-fail"]),  # duplicate-id
     _row("failing", verdict="fail", controls=["c-fail"]),
     _row("c-fail", role="control"),                              # (named by passing 'dup' too: see below)
-    _row("c-only-fail", role="control"),  # named only by a failing claim: it gates that fail (no finding)
+    _row("c-only-fail", role="control"),  # named only by a failing claim: a note (it gates that fail)
     _row("f2", verdict="fail", controls=["c-only-fail"]),
     _row("c-orphan", role="control"),                            # control-unlinked
     _row("bc", by_construction=True, controls=["c-fail"]),       # claim-by-construction
@@ -52,13 +52,14 @@ def test_each_rule_can_fail():
     found = {(f.row, f.rule) for f in audit.audit_rows("bad", BAD)}
     assert ("ungated", "claim-ungated") in found
     assert ("dup", "duplicate-id") in found
-    assert not any(row == "c-only-fail" for row, _ in found)
+    assert ("c-only-fail", "control-only-failing") in found  # a note, see the next test
+    assert ("c-fail", "control-only-failing") not in found  # also named by passing claims
     assert ("c-orphan", "control-unlinked") in found
     assert ("bc", "claim-by-construction") in found
     assert ("p1,p2", "primary-doubled") in found
     missing = audit.audit_rows("none", [r for r in GOOD if not r["primary"]] + [_row("x", controls=["ctrl"])])
     assert [(f.chapter, f.row, f.rule) for f in missing] == [("none", "-", "primary-missing")]
-    assert {f.rule for f in audit.audit_rows("bad", BAD)} == set(audit.RULES) - {"primary-missing", "unreadable"}
+    assert {f.rule for f in audit.audit_rows("bad", BAD)} == (set(audit.RULES) | set(audit.NOTES)) - {"primary-missing", "unreadable"}
 
 
 def test_the_command_exits_1_on_findings_and_names_chapter_row_rule(tmp_path, monkeypatch, capsys):
@@ -113,3 +114,14 @@ def test_a_ledger_written_by_the_library_audits_like_the_fixture(tmp_path):
     ledger.check("floor", "s", role="precondition", kind="exact", measured=1.0, criterion=at_least(0.5))
     path = ledger.save(tmp_path / "smoke" / "demo" / "claims.json")
     assert audit.audit_file(path) == []
+
+
+def test_a_control_named_only_by_failing_claims_is_a_note_not_a_finding(tmp_path):
+    import io
+
+    rows = [dict(r) for r in GOOD] + [_row("f2", verdict="fail", controls=["c-only"]), _row("c-only", role="control")]
+    _write(tmp_path, "smoke", "noted", rows)
+    buf = io.StringIO()
+    assert audit.run("smoke", root=tmp_path, out=buf) == 0
+    text = buf.getvalue()
+    assert "note     noted  c-only  [control-only-failing]" in text and "0 finding(s), 1 note(s)" in text

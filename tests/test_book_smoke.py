@@ -58,13 +58,13 @@ def test_verdicts_match_expected(smoke_book):
 def test_every_ledger_passes_the_v3_audit(smoke_book):
     """`compendium audit`: one primary per chapter, every claim gated, every control linked; chapters
     still migrating are those listed in audit_pending.yaml, with a reason."""
-    from compendium.audit import audit_results, load_pending
+    from compendium.audit import NOTES, audit_results, load_pending
 
     root, _ = smoke_book
     findings, seen = audit_results("smoke", root / "results")
     assert set(seen) >= {e.slug for e in REGISTRY.ready}
     pending = load_pending()
-    problems = [str(f) for slug, fs in findings.items() if slug not in pending for f in fs]
+    problems = [str(f) for slug, fs in findings.items() if slug not in pending for f in fs if f.rule not in NOTES]
     assert not problems, "ledger-v3 audit findings:\n" + "\n".join(problems)
 
 
