@@ -26,7 +26,7 @@ import yaml
 
 from . import paths
 from .bookview import chapter_view
-from .claims import ROLES, VERDICTS, summarize, verdict_badge
+from .claims import ROLES, VERDICTS, primary_row, summarize, verdict_badge
 from .registry import ChapterEntry, Registry
 
 
@@ -296,8 +296,12 @@ def _chapter_link(st: ChapterState) -> str:
 
 
 def _state_badge(st: ChapterState) -> str:
-    """The chapter's badge, from its paper claims only (controls and implementation checks aside)."""
+    """The chapter's badge: its primary claim's verdict (ledger v3); for a ledger without a primary, the
+    worst verdict of its paper claims (controls and implementation checks aside)."""
     if st.state == "finished":
+        primary = primary_row(st.claims or [])
+        if primary is not None:
+            return verdict_badge(primary["verdict"]) + stale_badge(st)
         c = st.counts()
         for verdict in ("fail", "unsupported", "inconclusive", "pass"):
             if c[verdict]:
@@ -370,12 +374,16 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
         "",
         f"## Paper claims (this build, `{scale}`)",
         "",
+        *([f"```{{figure}} {DASHBOARD_FIGURE}", ":name: dashboard-chapters", f":alt: {DASHBOARD_FIGURE_CAPTION}", "",
+           DASHBOARD_FIGURE_CAPTION, "```", ""] if any(st.claims for st in states) else []),
         "| reproduced | not reproduced | inconclusive | unsupported | not checkable |",
         "|---|---|---|---|---|",
         f"| {cl['pass']} | {cl['fail']} | {cl['inconclusive']} | {cl['unsupported']} | {cl['not_checkable']} |",
         "",
         "| | count |",
         "|---|---|",
+        f"| preconditions that held (the trained model beat its trivial baseline) | "
+        f"{totals['precondition']['pass']} of {sum(totals['precondition'].values())} |",
         f"| controls that behaved | {co['pass']} of {sum(co.values())} |",
         f"| implementation checks passed | {im['pass']} of {sum(im.values())} |",
         f"| claims recorded as fragile (verdict varies with the seed or the machine) | {len(fragile)} |",
@@ -387,14 +395,21 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
         "",
         "## Chapters",
         "",
-        "| chapter | part | status | reproduced | not reproduced | inconclusive | not checkable | controls | implementation |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "The badge is the chapter's **primary claim** (the paper's headline); the other columns count its "
+        "paper claims, then its preconditions, controls and implementation checks apart (passed / rows).",
+        "",
+        "| chapter | part | primary claim | reproduced | not reproduced | unsupported | inconclusive | not checkable "
+        "| preconditions | controls | implementation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for st in states:
         c, k, i = st.counts("claim"), st.counts("control"), st.counts("implementation")
-        lines.append(f"| {_chapter_link(st)} | {st.entry.part} | {_state_badge(st)} | {c['pass']} | "
-                     f"{c['fail'] + c['unsupported']} | {c['inconclusive']} | {c['not_checkable']} | "
-                     f"{k['pass']}/{sum(k.values())} | {i['pass']}/{sum(i.values())} |")
+        p = st.counts("precondition")
+        primary = primary_row(st.claims or []) if st.state == "finished" else None
+        head = f"{_state_badge(st)}" + (f" `{primary['id']}`" if primary is not None else "")
+        lines.append(f"| {_chapter_link(st)} | {st.entry.part} | {head} | {c['pass']} | "
+                     f"{c['fail']} | {c['unsupported']} | {c['inconclusive']} | {c['not_checkable']} | "
+                     f"{p['pass']}/{sum(p.values())} | {k['pass']}/{sum(k.values())} | {i['pass']}/{sum(i.values())} |")
     failed = [st for st in states if st.state in ("failed", "failed_last_good")]
     if failed:
         lines += ["", "## Chapters that failed to run", ""]
@@ -403,7 +418,9 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
 
             lines.append(f"- {_chapter_link(st)}: {code_span(describe_failure(st.failure))}")
     seeds_col = " seeds |" if stability else ""
-    for role, title in (("claim", "Paper claims"), ("control", "Controls"), ("implementation", "Implementation checks")):
+    for role, title in (("claim", "Paper claims"), ("hypothesis", "Hypotheses"), ("precondition", "Preconditions"),
+                        ("control", "Controls"), ("implementation", "Implementation checks"),
+                        ("timing", "Wall-clock rows (shown, not compared)")):
         rows = [(st, c) for st in states for c in st.claims if c.get("role", "claim") == role]
         if not rows:
             continue
@@ -427,6 +444,69 @@ def dashboard_page(states: list[ChapterState], scale: str, fragile: dict | None 
             )
     lines += provenance_section(states)
     return "\n".join(lines) + "\n"
+
+
+DASHBOARD_FIGURE = "dashboard/chapters.png"
+DASHBOARD_FIGURE_CAPTION = (
+    "One bar per chapter: its paper claims by verdict (hatched: rows recorded as fragile), the primary "
+    "claim's verdict as the marker at the left, and its preconditions, controls and implementation checks "
+    "counted apart at the right (passed / rows).")
+
+
+def dashboard_figure(states: list[ChapterState], fragile: dict | None = None) -> bytes | None:
+    """The dashboard's figure as PNG bytes (None when no chapter has finished)."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no global state
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    from .synthesis import _COLOURS, SYNTHESIS_VERDICTS, VERDICT_LABELS
+
+    fragile = fragile or {}
+    done = [st for st in states if st.state == "finished" or st.claims]
+    if not done:
+        return None
+    with matplotlib.rc_context({"figure.dpi": 100, "savefig.dpi": 110, "savefig.bbox": "tight", "font.size": 8}):
+        fig = Figure(figsize=(7.5, 0.24 * len(done) + 1.2))
+        ax = fig.subplots()
+        width = 1
+        for y, st in enumerate(done):
+            rows = [c for c in st.claims or [] if c.get("role", "claim") == "claim" and not c.get("volatile")]
+            left = 0
+            for v in SYNTHESIS_VERDICTS:
+                for hatched in (False, True):
+                    n = sum(1 for c in rows if c["verdict"] == v
+                            and ((st.entry.slug, c["id"]) in fragile) == hatched)
+                    if n:
+                        ax.barh(y, n, left=left, color=_COLOURS[v], edgecolor="white", linewidth=0.5,
+                                hatch="////" if hatched else None, height=0.75)
+                        left += n
+            width = max(width, left)
+            primary = primary_row(st.claims or [])
+            if primary is not None:
+                ax.plot(-0.9, y, marker="D", markersize=6, color=_COLOURS.get(primary["verdict"], "#000000"),
+                        markeredgecolor="black", markeredgewidth=0.5, clip_on=False)
+            c = {r: st.counts(r) for r in ("precondition", "control", "implementation")}
+            text = "  ".join(f"{tag} {c[r]['pass']}/{sum(c[r].values())}"
+                             for tag, r in (("P", "precondition"), ("C", "control"), ("I", "implementation")))
+            ax.text(left + 0.3, y, text, va="center", fontsize=7, color="#424242")
+        ax.set_yticks(range(len(done)), [st.entry.slug for st in done])
+        ax.set_ylim(len(done) - 0.5, -0.5)
+        ax.set_xlim(-1.5, width + 8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("paper claims (P / C / I: preconditions, controls, implementation checks passed / rows)")
+        handles = [Patch(color=_COLOURS[v], label=VERDICT_LABELS[v]) for v in SYNTHESIS_VERDICTS]
+        handles += [Patch(facecolor="white", edgecolor="#424242", hatch="////", label="fragile"),
+                    Line2D([], [], marker="D", linestyle="", color="#424242", label="primary claim")]
+        ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, frameon=False, fontsize=7)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
 
 
 def _record_headline(states: list[ChapterState], scale: str, records: dict | None) -> list[str]:
@@ -639,6 +719,9 @@ def stage_book(registry: Registry, scale: str, profile: str = "local", parameter
 
     sweeps = stability.load(scale)
     records = recordview.record_states(registry)
+    figure = dashboard_figure(states, fragile_claims(scale))
+    if figure is not None:
+        put(DASHBOARD_FIGURE, figure)
     put("dashboard.md", dashboard_page(states, scale, fragile=fragile_claims(scale),
                                        stability=stability.agreement(sweeps), records=records))
     put("stability.md", stability.stability_page(sweeps, {c.slug: c.title for c in registry.chapters}))
