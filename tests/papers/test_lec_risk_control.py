@@ -290,3 +290,23 @@ def test_cells_with_few_accepting_draws_are_not_scored():
     ratio, se, excess = paper.experiment.scored(0.3, 0.0, 1, 0.1)  # one accepting draw: SE 0 is meaningless
     assert ratio == 0.3 and np.isnan(se) and np.isnan(excess)
     assert paper.experiment.scored(0.12, 0.01, 50, 0.1) == pytest.approx((0.12, 0.01, 0.12 - 0.1 - 0.03))
+
+
+# ---------------------------------------------------------------- floor (precondition)
+def test_accuracy_over_baseline_shifts_the_exact_interval():
+    errors = np.array([0] * 70 + [1] * 30)
+    source = paper.PoolSource("toy", np.linspace(0, 1, 100), errors)
+    est = paper.accuracy_over_baseline(source, 0.25)
+    ref = stats.binomtest(70, 100).proportion_ci(0.95, method="exact")
+    assert est.point == pytest.approx(0.45)
+    assert est.low == pytest.approx(ref.low - 0.25) and est.high == pytest.approx(ref.high - 0.25)
+    assert est.n == 100 and est.unit == "inputs"
+    # a model no better than the baseline sits at 0, below any positive margin
+    assert paper.accuracy_over_baseline(source, 0.7).point == pytest.approx(0.0)
+
+
+def test_majority_share_digits():
+    share = paper.majority_share("digits")
+    assert 0.1 < share < 0.11  # ten nearly balanced classes
+    with pytest.raises(ValueError):
+        paper.majority_share("mnist")

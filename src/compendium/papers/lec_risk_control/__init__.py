@@ -70,7 +70,9 @@ from .sources import (
     GaussianSource,
     PairedPoolSource,
     PoolSource,
+    accuracy_over_baseline,
     dataset_source,
+    majority_share,
     oracle_retention,
     routing_source,
 )
@@ -107,7 +109,7 @@ __all__ = [
     "swap_sum_identity", "walk_positions", "worst_cell",
     "DATASETS", "METHODS", "PAC_METHODS", "Config", "Result", "failing_cells", "pooled_risk", "run", "score_sources",
     "sign_test", "unit_checks", "DATASET_MODELS", "GaussianSource", "PairedPoolSource", "PoolSource",
-    "dataset_source", "oracle_retention", "routing_source", "NO_THRESHOLD", "SortedCalibration",
+    "accuracy_over_baseline", "dataset_source", "majority_share", "oracle_retention", "routing_source", "NO_THRESHOLD", "SortedCalibration",
     "counts_on_grid", "cp_bonferroni_thresholds", "cp_ucb_thresholds", "lec_slack", "lec_threshold",
     "lec_threshold_reference", "lec_thresholds", "ltt_fixed_sequence_thresholds", "max_allowed_errors",
     "plugin_thresholds", "route_reference", "route_thresholds", "sort_calibration",

@@ -196,6 +196,28 @@ def dataset_source(name: str, seed: int) -> PoolSource:
     return PoolSource(name, u, e)
 
 
+def majority_share(name: str) -> float:
+    """Accuracy of always answering the most frequent class of the data set behind ``name``."""
+    if name not in DATASET_MODELS:
+        raise ValueError(f"unknown data set {name!r}; choose from {sorted(DATASET_MODELS)}")
+    _, y, _ = _load(name)
+    return float(np.bincount(np.asarray(y, dtype=np.int64)).max() / len(y))
+
+
+def accuracy_over_baseline(source: PoolSource, baseline: float, *, level: float = 0.95):
+    """Out-of-fold accuracy of a pool's model minus a trivial baseline's accuracy (a constant).
+
+    The interval is the Clopper-Pearson interval of the accuracy over the pool's inputs, shifted
+    by ``baseline`` (the majority-class share of the same pool, known exactly).
+    """
+    from compendium import stats
+
+    errors = np.asarray(source.errors, dtype=np.int64)
+    acc = stats.clopper_pearson(int((errors == 0).sum()), errors.size, level=level, unit="inputs")
+    return stats.Estimate(acc.point - baseline, acc.low - baseline, acc.high - baseline, acc.level, acc.unit, acc.n,
+                          f"{acc.method}, minus the {baseline:.4f} baseline")
+
+
 def routing_source(seed: int) -> PairedPoolSource:
     """Digits scored by a weak (3 PCA components) and a stronger (8 components) logistic model."""
     X, y, _ = _load("digits")
