@@ -127,3 +127,23 @@ def test_query_embedding_is_causal_and_reaches_the_answer_slots():
     vid[:, 0] = (vid[:, 0] + 1) % M.VOCAB
     moved = (model(vid, own) - model(ids, own)).abs().amax((0, 2)) > 0
     assert moved.tolist() == [t == 0 for t in range(T)]
+
+
+def test_type_majority_floor():
+    # a hand-made sample: type 0 answers (5,) twice and (6,) once; type 1 ties, the smaller wins
+    q = paper.make_questions(6, 4, 3, 4, np.random.default_rng(2))
+    q.qtype[:] = [0, 0, 0, 1, 1, 3]
+    q.tokens[:, q.answer_start:] = torch.tensor([[5, 1, 1, 1], [5, 1, 1, 1], [6, 1, 1, 1],
+                                                 [7, 1, 1, 1], [4, 1, 1, 1], [9, 9, 1, 1]])
+    rule = paper.fit_type_majority(q)
+    assert rule == {0: (5, 1, 1, 1), 1: (4, 1, 1, 1), 3: (9, 9, 1, 1)}
+    ans = paper.type_majority_answers(rule, q)
+    assert ans.shape == (6, 4) and ans[2].tolist() == [5, 1, 1, 1] and ans[3].tolist() == [4, 1, 1, 1]
+    # on generated questions the video-blind floor is well above chance and well below 1
+    from compendium.papers.vidlada_mars_cache.experiment import correct
+    train = paper.make_questions(4000, 6, 4, 4, np.random.default_rng(3))
+    test = paper.make_questions(2000, 6, 4, 4, np.random.default_rng(4))
+    acc = correct(paper.type_majority_answers(paper.fit_type_majority(train), test), test).mean()
+    assert 0.3 < acc < 0.6
+    with pytest.raises(ValueError):
+        paper.Config(floor_margin_points=-1.0)

@@ -27,6 +27,9 @@ Implemented (``model.py``):
   sees its own frame, the text and ``A`` anchor tokens per layer, the anchors chosen as the
   visual tokens receiving the most attention from the text queries in that layer and pass);
 * analytic matmul FLOPs per answer (the first pass counted), Prop. 3.1's visibility counts.
+* the video-blind floor (``experiment.py``): the most frequent answer of each question type,
+  fitted on questions from the training distribution; the preconditions ``mdm-floor`` and
+  ``ar-floor`` ask each trained model to beat it by ``Config.floor_margin_points``.
 
 Why our own transformer and not a ``transformers`` config: the issue asks for explicit masks and
 a per-layer K/V cache whose visual part is refreshed under a different mask than the text part;
@@ -48,9 +51,9 @@ Small-scale deviations:
   over 3 seeds would undercover.
 """
 
-from .experiment import (AssetSettings, Config, Result, build_asset, cache_exactness, choose_cheapest,
-                         estimates, flop_ratio_curve, hand_loss_error, load_models, mask_rate_checks,
-                         run, settings_for, tercile_spread, train_model, visibility_check,
+from .experiment import (BASELINE_QUESTIONS, AssetSettings, Config, Result, build_asset, cache_exactness, choose_cheapest,
+                         estimates, fit_type_majority, flop_ratio_curve, hand_loss_error, load_models, mask_rate_checks,
+                         type_majority_answers, run, settings_for, tercile_spread, train_model, visibility_check,
                          chunk_all_anchors_is_full)
 from .model import (CachePolicy, VideoLM, ar_generate, bidirectional_mask, causal_mask, frame_chunk_mask,
                     make_questions, mdm_generate, mdm_loss, num_transfer_tokens, policy_flops,

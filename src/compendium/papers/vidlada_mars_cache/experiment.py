@@ -21,6 +21,8 @@ from .model import (MASK, CachePolicy, VideoLM, ar_batch_loss, ar_generate, bidi
 
 EPS = 1e-3
 TRAIN, DEV, TEST = 1, 2, 3     # disjoint data streams: np.random.default_rng([stream, seed, model])
+BASELINE = 4                   # questions that fit the video-blind baseline (training distribution)
+BASELINE_QUESTIONS = 20000
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ class Config:
     flop_d: int = 128
     flop_layers: int = 4
     flop_answer_len: int = 4
+    floor_margin_points: float = 10.0
     seed: int = 0
 
     def __post_init__(self):
@@ -184,6 +187,7 @@ class Config:
         require_int("test_questions", self.test_questions, 10, 20000)
         require_int("dev_questions", self.dev_questions, 10, 20000)
         require_number("agreement_target", self.agreement_target, 0.0, 1.0)
+        require_number("floor_margin_points", self.floor_margin_points, 0.0, 100.0)
         for name in ("flop_frames", "flop_patches", "flop_d", "flop_layers", "flop_answer_len"):
             require_int(name, getattr(self, name), 1, 4096)
         if not self.refresh_periods or min(self.refresh_periods) < 1:
@@ -194,6 +198,22 @@ class Config:
 
 def correct(answers: torch.Tensor, q) -> np.ndarray:
     return (answers == q.tokens[:, q.answer_start:]).all(1).numpy()
+
+
+def fit_type_majority(q) -> dict:
+    """The video-blind baseline: the most frequent answer of each question type in ``q`` (ties
+    go to the smallest answer tuple, so the rule is deterministic). The question's arguments are
+    drawn independently of the video's timing, so they add nothing to a video-blind guess."""
+    counts = {}
+    for t, a in zip(q.qtype.tolist(), map(tuple, q.tokens[:, q.answer_start:].tolist())):
+        c = counts.setdefault(int(t), {})
+        c[a] = c.get(a, 0) + 1
+    return {t: min(c, key=lambda a: (-c[a], a)) for t, c in counts.items()}
+
+
+def type_majority_answers(rule: dict, q) -> torch.Tensor:
+    """Answers of the video-blind baseline ``rule`` (from :func:`fit_type_majority`) on ``q``."""
+    return torch.as_tensor([list(rule[int(t)]) for t in q.qtype.tolist()], dtype=torch.long)
 
 
 def tercile_spread(ok: np.ndarray, terc: np.ndarray) -> float:
@@ -226,6 +246,7 @@ class Result:
     chosen: dict                       # kind -> chosen point
     test: dict                         # kind -> {"acc": [seeds], "agree": [seeds]}
     control_acc: np.ndarray            # MARS fed another video's visual cache
+    baseline_acc: float                # video-blind majority answer per question type, on the test questions
     flops_none_full: int
     flops_none_toy: int
     seconds: dict = field(default_factory=dict)
@@ -265,6 +286,9 @@ def _run(cfg: Config, asset_path) -> Result:
     impl.update(cache_exactness(models["mdm"][0], dev.subset(np.arange(min(32, cfg.dev_questions)))))
     seconds["implementation"] = time.perf_counter() - t0
     terc = test.tercile()
+    rule = fit_type_majority(make_questions(BASELINE_QUESTIONS, s.frames, s.patches, s.answer_len,
+                                              _rng(BASELINE, cfg.seed)))
+    baseline_acc = float(correct(type_majority_answers(rule, test), test).mean())
     ar_ok = [correct(ar_generate(m, test), test) for m in models["ar"]]
     t1 = time.perf_counter()
     ref_test = [mdm_generate(m, test)[0] for m in models["mdm"]]
@@ -292,7 +316,7 @@ def _run(cfg: Config, asset_path) -> Result:
         mdm_terc=np.array([[o[terc == t].mean() for t in range(3)] for o in mdm_ok]),
         ar_spread=np.array([tercile_spread(o, terc) for o in ar_ok]),
         mdm_spread=np.array([tercile_spread(o, terc) for o in mdm_ok]),
-        grids=grids, chosen=chosen, test=out, control_acc=control,
+        grids=grids, chosen=chosen, test=out, control_acc=control, baseline_acc=baseline_acc,
         flops_none_full=policy_flops(CachePolicy("none"), cfg.flop_frames, cfg.flop_patches,
                                      cfg.flop_answer_len, cfg.flop_answer_len, cfg.flop_d, cfg.flop_layers),
         flops_none_toy=policy_flops(CachePolicy("none"), s.frames, s.patches, s.answer_len,
@@ -311,6 +335,8 @@ def estimates(r: Result) -> dict:
         "spread_ar_minus_mdm": stats.paired_difference(r.ar_spread, r.mdm_spread, unit=u),
         "mdm_minus_ar_points": stats.paired_difference(100 * r.mdm_acc, 100 * r.ar_acc, unit=u),
         "ar_accuracy": stats.mean_interval(r.ar_acc, unit=u),
+        "mdm_over_floor_points": stats.mean_interval(100 * (r.mdm_acc - r.baseline_acc), unit=u),
+        "ar_over_floor_points": stats.mean_interval(100 * (r.ar_acc - r.baseline_acc), unit=u),
     }
 
 
