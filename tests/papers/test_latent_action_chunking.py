@@ -118,6 +118,18 @@ def test_sync_stalls_and_lags():
     assert paper.path_deviation(out12.states, ep).mean() > 0.01
 
 
+def test_hold_policy_stands_still_and_deviates():
+    """The floor's baseline: every chunk holds the current position, so the commands never move
+    (zero jerk) and the path deviates from the expert's; the oracle's deviation is far below it."""
+    ep = _episodes(4)
+    out = paper.rollout(paper.hold_policy(), ep, 2, mode="sync", latency=0, rng=np.random.default_rng(0), goal_noise=0.0)
+    assert np.allclose(out.actions, ep.commands[None, :, :1])
+    assert np.allclose(paper.jerk(out.actions), 0.0)
+    held = paper.path_deviation(out.states, ep)
+    _, oracle = _go("sync", 0)
+    assert np.all(held > 0.05) and np.log(paper.path_deviation(oracle.states, ep).mean() / held.mean()) < paper.FLOOR_DEVIATION
+
+
 def test_rollout_rejects_bad_input():
     ep = _episodes(2)
     with pytest.raises(ValueError):
@@ -205,6 +217,8 @@ def test_tiny_run(tiny):
     assert m["dropped_ok"]
     assert isinstance(m["headline_token"][1], Estimate) and m["headline_token"][1].n == 2
     assert m["identity_key"] == 12 and np.isfinite(m["identity_high"])
+    assert m["floor"][0] in m["floor_parts"] and set(m["floor_parts"]) == {f"{k}" for k in paper.FLOOR_POLICIES}
+    assert m["floor"][1].high == max(e.high for e in m["floor_parts"].values())
     assert result.checks["reset_max_change"] == 0.0 and result.checks["cubic_jerk_error"] < 1e-9
     for v in result.policies.values():
         assert np.all(np.isfinite(v["jerk"])) and v["jerk"].shape == (2,)

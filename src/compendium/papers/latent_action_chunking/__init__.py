@@ -45,8 +45,8 @@ Small-scale deviations
 
 from .execution import (MODES, Rollout, align_stale, crossfade, ensemble_weights, rollout, rtr_refine,
                         temporal_ensemble)
-from .experiment import (DEVIATION_MARGIN, ENSEMBLE_MARGIN, JERK_GAIN, UNIT, Config, Result, evaluate,
-                         make_policy, measurements, project_with, run, savgol_window)
+from .experiment import (DEVIATION_MARGIN, ENSEMBLE_MARGIN, FLOOR_DEVIATION, FLOOR_POLICIES, JERK_GAIN, UNIT, Config,
+                         Result, evaluate, hold_policy, make_policy, measurements, project_with, run, savgol_window)
 from .models import (ASSET_NAME, HEADS, KNOTS_15HZ, SPACES, AssetSettings, BatchedLinear, ChunkPolicy, ChunkVAE,
                      build_asset, load_models, policy_targets, settings_for, spline_basis, train_all,
                      train_policy, train_vae, training_pairs, upsample_matrix)
