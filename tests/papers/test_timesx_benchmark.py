@@ -175,3 +175,25 @@ def test_shuffled_context_gap_is_a_series_bootstrap_of_the_shuffled_difference(t
     assert est.unit == "series" and est.n == len(d) and est.low <= est.high
     assert est.point == pytest.approx(float(np.mean(d)))
     assert paper.shuffled_context_gap(tiny) == est  # seeded: the same interval every time
+
+
+def test_floor_reduction_is_a_t_interval_of_event_free_relative_mase(tiny):
+    rows = tiny.checks["event_free_mase"]
+    assert len(rows) == tiny.config.num_replicates and all(set(r) == set(paper.UNIMODAL) for r in rows)
+    est = paper.floor_reduction(tiny, "global MLP", "seasonal naive")
+    r = [1 - row["global MLP"] / row["seasonal naive"] for row in rows]
+    assert est.n == len(r) and est.point == pytest.approx(float(np.mean(r))) and est.low <= est.point <= est.high
+    # the baseline against itself has no edge: zero reduction in every replicate
+    assert paper.floor_reduction(tiny, "seasonal naive", "seasonal naive").point == 0.0
+    # seasonal naive on an event-free horizon: recompute replicate 0 from scratch
+    rep = paper.run_replicate(tiny.config, 0, paper.templates(), paper.real_series())
+    assert rep["event_free_mase"] == rows[0]
+
+
+def test_context_floor_is_the_clean_relative_gap_to_unimodal(tiny):
+    est = paper.headroom(tiny, "context-adjusted")
+    s = tiny.scores[tiny.scores.variant == "clean"]
+    r = [1 - s[(s.replicate == k) & (s.method == "context-adjusted")].mase.mean()
+         / s[(s.replicate == k) & (s.method == "unimodal (dev-selected)")].mase.mean() for k in range(tiny.config.num_replicates)]
+    assert est.n == len(r) and est.point == pytest.approx(float(np.mean(r)))
+    assert paper.headroom(tiny, "unimodal (dev-selected)").point == 0.0  # no adjustment: no gain

@@ -38,7 +38,7 @@ Small-scale deviations
 """
 
 from .experiment import (METHODS, QUANTILE_LEVELS, UNIMODAL, Config, Result, crossover, crps_mase_rank_correlation,
-                         shuffled_context_gap, gain_correlation, headroom,
+                         floor_reduction, shuffled_context_gap, gain_correlation, headroom,
                          leak_reduction, paired, replicate_mean, run, run_replicate, seeds_excluding_zero, sweep_cells)
 from .forecasters import (ContextModel, GlobalMLP, context_adjusted, holt_winters, mean_ensemble, median_ensemble,
                           mlp_forecast, seasonal_naive, train_global_mlp, windows_from)
