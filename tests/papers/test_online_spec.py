@@ -351,3 +351,24 @@ def test_pooled_context_test_uses_each_replicates_own_target():
     assert np.all(p_bad < 1e-4), "tokens from the other target are rejected"
     with pytest.raises(ValueError):
         paper.pooled_context_lossless_p([paper.Replicate({"s": {}}, {}, 0.5, {}, t1)], 4)
+
+
+# ---------------------------------------------------------------- the floor: the uniform draft
+def test_uniform_acceptance_and_the_floor():
+    p = np.array([[1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0]])
+    np.testing.assert_allclose(paper.uniform_acceptance(p), [0.25, 1.0, 0.5])
+    # recorded on the learner's own verified positions, with no random draws of its own
+    tg = target(V=9, leak=0.1)
+    shape = paper.DraftShape(9, 1)
+    theta = shape.init(np.random.default_rng(3), 0.0)  # zero parameters: the draft is uniform itself
+    runs = paper.run_streams(tg, [paper.Fixed(shape, theta)], paper.stream_weights("piecewise", 4, 3), 8, 6, 2,
+                             np.random.default_rng(4))
+    np.testing.assert_allclose(runs[0].uniform_alpha, runs[0].alpha, atol=1e-12)
+    assert runs[0].mean_uniform_alpha == pytest.approx(runs[0].alpha.mean())
+    # the floor is the paired difference learned - uniform over replicates, on the same positions
+    result = paper.run(paper.Config(**TINY), transformer=False)
+    est = paper.uniform_floor(result, "piecewise", "oracle")
+    diff = result.alpha("piecewise", "oracle") - result.uniform_alpha("piecewise", "oracle")
+    assert est.n == 2 and est.point == pytest.approx(diff.mean())
+    assert est.point > 0, "the oracle draft, trained on each segment's domain, beats the uniform draft"
+    assert 0 < paper.FLOOR_MARGIN < 1

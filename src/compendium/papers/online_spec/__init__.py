@@ -67,6 +67,7 @@ Small-scale deviations
 from .experiment import (
     CHECK_VOCAB,
     DOMAINS,
+    FLOOR_MARGIN,
     SINGLE,
     TARGETS,
     TRANSFORMER_STREAMS,
@@ -91,6 +92,7 @@ from .experiment import (
     run_formula_checks,
     run_replicate,
     speedups,
+    uniform_floor,
 )
 from .model import (
     BlockTarget,
@@ -126,4 +128,5 @@ from .online import (
     run_streams,
     segment_domains,
     stream_weights,
+    uniform_acceptance,
 )

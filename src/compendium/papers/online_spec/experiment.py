@@ -26,6 +26,9 @@ UNIT = "replicates (target, draft, stream)"
 TARGETS = ("ngram", "transformer")  # the two settings: the n-gram table and the random-init GPT-2
 TRANSFORMER_HEADS = 4
 TRANSFORMER_STREAMS = ("piecewise", "stationary")  # the online-vs-offline comparison and its control
+#: The floor: mean acceptance a learned draft must gain over the uniform draft on the same verified
+#: positions (lower paired 95% bound), fixed before the floor was computed.
+FLOOR_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -400,6 +403,10 @@ class Result:
         """Per-chunk values, shape ``(replicates, chunks)``."""
         return np.stack([getattr(r.runs[stream][method], what) for r in self.replicates])
 
+    def uniform_alpha(self, stream: str, method: str) -> np.ndarray:
+        """Mean acceptance of the uniform draft on ``method``'s own verified positions, per replicate."""
+        return np.array([r.runs[stream][method].mean_uniform_alpha for r in self.replicates])
+
     def methods(self, stream: str) -> list:
         return list(self.replicates[0].runs[stream])
 
@@ -437,6 +444,16 @@ def every_replicate_difference(a: np.ndarray, b: np.ndarray) -> dict:
     """Smallest per-replicate difference ``a - b`` (``> 0`` means ``a`` wins in every replicate)."""
     d = np.asarray(a) - np.asarray(b)
     return {"smallest": float(d.min()), "differences": d.tolist(), "wins": int((d > 0).sum()), "n": int(d.size)}
+
+
+def uniform_floor(result: Result, stream: str, method: str) -> Estimate:
+    """Paired t interval over replicates of ``method``'s acceptance minus the uniform draft's.
+
+    Both are exact acceptances on the same verified positions of ``method``'s run (the uniform
+    draft's is recorded by :func:`~.online.run_streams`), so the difference is what the learned
+    draft adds over a constant prediction that needs no training.
+    """
+    return paired_difference(result.alpha(stream, method), result.uniform_alpha(stream, method), unit=UNIT)
 
 
 def offline_alpha_estimate(result: Result) -> Estimate:

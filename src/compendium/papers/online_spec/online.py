@@ -335,6 +335,16 @@ class StackedDraft:
         return self.table[rows // self.prompts, a, b]
 
 
+def uniform_acceptance(p: np.ndarray) -> np.ndarray:
+    """Exact acceptance ``sum_v min(p_v, 1/V)`` of the uniform draft at each target row ``p`` (shape ``(N, V)``).
+
+    The uniform draft is the constant prediction that needs no training and knows nothing of the
+    domains: the trivial baseline a learned draft must beat.
+    """
+    p = np.asarray(p, dtype=float)
+    return acceptance_rate(p, np.full_like(p, 1.0 / p.shape[-1]))
+
+
 # ------------------------------------------------------------------------------------------ a run
 @dataclass
 class StreamRun:
@@ -345,6 +355,12 @@ class StreamRun:
     tokens_per_call: np.ndarray  # (chunks,) measured
     positions: np.ndarray        # (chunks,) verified positions
     emitted: np.ndarray = field(repr=False, default=None)  # (M, 3): context (a, b) and the emitted token
+    uniform_alpha: np.ndarray = None  # (chunks,) exact acceptance of the uniform draft on the same positions
+
+    @property
+    def mean_uniform_alpha(self) -> float:
+        """Mean over chunks of the uniform draft's acceptance on this run's verified positions."""
+        return float(self.uniform_alpha.mean())
 
     @property
     def mean_alpha(self) -> float:
@@ -357,12 +373,14 @@ def run_streams(target: BlockTarget, learners: list, weights: np.ndarray, prompt
 
     All learners get the same prompts (equal information) and are decoded together in one
     lockstep batch, learner ``m`` owning sequences ``m B .. (m+1) B - 1``; each then updates on
-    its own verified positions. ``keep_emitted`` lists the learners whose emitted tokens (with
+    its own verified positions. On those same positions the run also records the exact acceptance
+    of the uniform draft ``q = 1/V`` (:func:`uniform_acceptance`), the trivial baseline of the
+    chapter's floor; it draws no random numbers. ``keep_emitted`` lists the learners whose emitted tokens (with
     their contexts) are returned, for the losslessness test.
     """
     chunks, M, B = len(weights), len(learners), prompts_per_chunk
     shape = learners[0].shape
-    out = {k: np.zeros((M, chunks)) for k in ("alpha", "loss", "tpc", "npos")}
+    out = {k: np.zeros((M, chunks)) for k in ("alpha", "loss", "tpc", "npos", "uniform")}
     emitted = {m: [] for m in keep_emitted}
     for t in range(chunks):
         prompts = domain_prompts(target, weights[t], B, rng)
@@ -374,9 +392,11 @@ def run_streams(target: BlockTarget, learners: list, weights: np.ndarray, prompt
             out["loss"][m, t] = learner.loss(own, ne)
             out["tpc"][m, t] = own.tokens_per_call
             out["npos"][m, t] = len(own.a)
+            out["uniform"][m, t] = uniform_acceptance(own.p).mean()
             if m in emitted:
                 tok = own.tokens
                 emitted[m].append(np.stack([tok[:, :-2].ravel(), tok[:, 1:-1].ravel(), tok[:, 2:].ravel()], axis=1))
             learner.update(own, ne, t)
     return [StreamRun(out["alpha"][m], out["loss"][m], out["tpc"][m], out["npos"][m],
-                      np.concatenate(emitted[m]) if m in emitted else None) for m in range(M)]
+                      np.concatenate(emitted[m]) if m in emitted else None, uniform_alpha=out["uniform"][m])
+            for m in range(M)]
