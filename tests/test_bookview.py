@@ -164,3 +164,22 @@ def test_build_details_do_not_reach_the_page(tmp_path):
     assert shown[f"x{len(dropped) + len(kept) - 1}"][0]["traceback"] == ["File src/compendium/demo.py:3", "ValueError: x"]
     assert warning == "tqdm/auto.py:21: TqdmWarning: IProgress not found\nsaved results/smoke/demo/f.png\n"
 
+
+
+def test_a_folded_piece_of_only_glue_calls_is_removed():
+    """A cell split around a drawing: a piece holding only glue calls is removed (remove-cell), as a
+    glue-only cell is, never shown behind a fold; the pieces that compute stay."""
+    from compendium.bookview import fold_code_cells
+
+    src = ("x = paper.run(config)\nfig, ax = plt.subplots()\nax.plot(x)\nch.figure(fig, 'a')\n"
+           "tol = 2 * paper.bound(x)\nch.glue('tol', tol)\nch.glue('n', len(x))\ny = paper.other(x)")
+    nb = {"cells": [{"cell_type": "code", "source": "from compendium.papers import demo as paper",
+                     "metadata": {}, "outputs": [], "execution_count": 0},
+                    {"cell_type": "code", "source": src, "metadata": {}, "outputs": [], "execution_count": 1}],
+          "metadata": {}}
+    fold_code_cells(nb)
+    tags = lambda c: c["metadata"].get("tags", [])  # noqa: E731
+    glue_only = [c for c in nb["cells"] if c["source"].strip() and all(
+        ln.startswith("ch.glue") for ln in c["source"].strip().splitlines())]
+    assert glue_only and all("remove-cell" in tags(c) for c in glue_only), nb["cells"]
+    assert any("tol = 2 * paper.bound(x)" in c["source"] and "remove-cell" not in tags(c) for c in nb["cells"])

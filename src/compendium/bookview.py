@@ -240,6 +240,14 @@ def _segments(source: str, tree: ast.Module, visible: list[bool]) -> list[tuple[
     return [(v, "".join(chunk).strip("\n")) for v, chunk in out]
 
 
+def _only_glue(text: str) -> bool:
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(is_glue(st) for st in body)
+
+
 def fold_code_cells(nb: dict) -> None:
     """Tag glue-only cells ``remove-cell``; fold drawing cells, keeping library calls visible."""
     library = library_names(nb)
@@ -281,7 +289,10 @@ def fold_code_cells(nb: dict) -> None:
             }
             part["source"] = text
             if not shown:
-                _add_tag(part, FOLD_TAG)
+                shows_output = last and any(o.get("output_type") in ("display_data", "execute_result", "stream")
+                                            for o in part.get("outputs", []))
+                # a folded piece of only glue calls is removed, as a glue-only cell is (its values stay glued)
+                _add_tag(part, REMOVE_TAG if _only_glue(text) and not shows_output else FOLD_TAG)
             cells.append(part)
     nb["cells"] = cells
 
