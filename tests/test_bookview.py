@@ -172,10 +172,12 @@ def test_a_folded_piece_of_only_glue_calls_is_removed():
     from compendium.bookview import fold_code_cells
 
     src = ("x = paper.run(config)\nfig, ax = plt.subplots()\nax.plot(x)\nch.figure(fig, 'a')\n"
-           "tol = 2 * paper.bound(x)\nch.glue('tol', tol)\nch.glue('n', len(x))\ny = paper.other(x)")
+           "tol = 2 * paper.bound(x)\ny = paper.other(x)\nch.glue('tol', tol)\nch.glue('n', len(x))")
     nb = {"cells": [{"cell_type": "code", "source": "from compendium.papers import demo as paper",
                      "metadata": {}, "outputs": [], "execution_count": 0},
-                    {"cell_type": "code", "source": src, "metadata": {}, "outputs": [], "execution_count": 1}],
+                    {"cell_type": "code", "source": src, "metadata": {}, "execution_count": 1, "outputs": [
+                        {"output_type": "display_data", "metadata": {}, "data": {
+                            "application/papermill.record/text/plain": "0.1"}}]}],
           "metadata": {}}
     fold_code_cells(nb)
     tags = lambda c: c["metadata"].get("tags", [])  # noqa: E731

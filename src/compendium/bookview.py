@@ -289,8 +289,11 @@ def fold_code_cells(nb: dict) -> None:
             }
             part["source"] = text
             if not shown:
-                shows_output = last and any(o.get("output_type") in ("display_data", "execute_result", "stream")
-                                            for o in part.get("outputs", []))
+                shows_output = last and any(  # glued values (papermill records) are read, not shown
+                    o.get("output_type") == "stream" or (o.get("output_type") in ("display_data", "execute_result")
+                                                          and not all(k.startswith("application/papermill.record")
+                                                                      for k in o.get("data", {})))
+                    for o in part.get("outputs", []))
                 # a folded piece of only glue calls is removed, as a glue-only cell is (its values stay glued)
                 _add_tag(part, REMOVE_TAG if _only_glue(text) and not shows_output else FOLD_TAG)
             cells.append(part)
