@@ -193,8 +193,12 @@ def check_heading_order(driver) -> list[str]:
     return problems
 
 
-def check_ledger(driver, claims: list[dict]) -> list[str]:
-    """One row per ledger entry, each with its id, its role and the verdict of claims.json."""
+def check_ledger(driver, claims: list[dict], build: list[dict] | None = None) -> list[str]:
+    """One row per ledger entry, each with its id, its role and the verdict of claims.json.
+
+    A page rendered from the evidence record passes the recorded rows as ``claims`` and this build's as
+    ``build``: each row then carries two badges, the recorded verdict first, this build's beside it.
+    """
     info = driver.execute_script(
         "const t = document.querySelector('table.claims-ledger');"
         "if (!t) return null;"
@@ -206,7 +210,9 @@ def check_ledger(driver, claims: list[dict]) -> list[str]:
     if info is None:
         return ["no claims ledger table"]
     problems = []
-    if len(info["rows"]) != len(claims) or info["badges"] != len(claims):
+    # a recorded row that this build also has shows its verdict beside (a row only the record has: one badge)
+    badges = len(claims) + (sum(c["id"] in {b["id"] for b in build} for c in claims) if build is not None else 0)
+    if len(info["rows"]) != len(claims) or info["badges"] != badges:
         problems.append(f"ledger shows {len(info['rows'])} rows / {info['badges']} badges for {len(claims)} claims")
     if not info["headline"]:
         problems.append("ledger has no headline (paper claims counted apart from controls and implementation)")

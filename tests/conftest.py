@@ -30,6 +30,9 @@ def make_project(dest: Path, *, fixture: bool = True) -> Path:
         shutil.copy(FIXTURE / "workflow" / "config" / "chapters.yaml", dest / "workflow" / "config" / "chapters.yaml")
     else:
         (dest / "notebooks").symlink_to(REPO / "notebooks")
+        shutil.copy(REPO / "requirements.lock", dest / "requirements.lock")  # part of every record's inputs
+        if (REPO / "evidence").is_dir():  # the results of record, rendered by every build as a reader gets it
+            shutil.copytree(REPO / "evidence", dest / "evidence")
     return dest
 
 
