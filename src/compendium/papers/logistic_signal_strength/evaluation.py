@@ -168,7 +168,7 @@ def rate_slope_estimate(sizes, errors, rng, resamples: int = 2000, level: float 
 # clear that bound with the power below. Fixed before the plan was computed.
 PLAN_LEVEL = 0.95  # the level of the ledger's intervals
 PLAN_POWER = 0.80
-MAX_REPS = 200  # the registry's ceiling on num_reps (and the time budget's, see the chapter)
+MAX_REPS = 200  # the registry's ceiling on num_reps
 
 
 def unit_spread(estimate: Estimate, *, log: bool = False) -> float:
