@@ -66,6 +66,7 @@ from .estimators import (
     sample_covariates,
     simulate,
     solve_cvxpy,
+    solve_cvxpy_retrying,
     split_halves,
     split_objective,
     split_statistics,
@@ -80,6 +81,7 @@ from .experiment import (
     Config,
     Result,
     cell_region,
+    plan_checks,
     run,
     summarize,
 )

@@ -31,6 +31,12 @@ from .theory import mle_frontier_gamma
 # Clarabel's default gap/feasibility tolerances (1e-8) leave ~1e-5 relative error in the
 # exponential-cone solution; 1e-10 brings it to ~1e-6, below the cross-check's tolerance.
 CLARABEL_TOLERANCES = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
+# What cvxpy tries, in order, until one attempt reports 'optimal' (a status other than 'optimal'
+# is an outcome, not an error): Clarabel (interior point) at the tight tolerances, then SCS
+# (first-order splitting) at a tight tolerance. Clarabel stops at 'optimal_inaccurate' on some
+# samples of the cross-check; SCS then usually reaches 'optimal'.
+CVXPY_ATTEMPTS = (("CLARABEL", CLARABEL_TOLERANCES),
+                  ("SCS", {"eps": 1e-9, "max_iters": 100_000}))
 
 
 # ------------------------------------------------------------------ data
@@ -220,17 +226,20 @@ def fit_split(X1, y1, X2, ridge_strength: float, backend: str = "newton") -> np.
             raise RuntimeError(f"L-BFGS did not converge: {res.message}")
         return res.x
     if backend == "cvxpy":
-        b, status = solve_cvxpy(X1, y1, X2, ridge_strength)
-        if status != "optimal":
-            raise RuntimeError(f"cvxpy finished with status {status!r}")
+        b, attempts = solve_cvxpy_retrying(X1, y1, X2, ridge_strength)
+        if attempts[-1][1] != "optimal":
+            raise RuntimeError(f"cvxpy left the split problem unsolved: {attempts}")
         return b
     raise ValueError(f"backend must be 'newton', 'lbfgs' or 'cvxpy', got {backend!r}")
 
 
-def solve_cvxpy(X1, y1, X2=None, ridge_strength: float = 0.0) -> tuple[np.ndarray | None, str]:
-    """The split problem (or, with ``X2=None``, the unpenalised MLE) in cvxpy with Clarabel.
+def solve_cvxpy(X1, y1, X2=None, ridge_strength: float = 0.0, solver: str = "CLARABEL",
+                options: dict | None = None) -> tuple[np.ndarray | None, str]:
+    """The split problem (or, with ``X2=None``, the unpenalised MLE) in cvxpy.
 
-    Returns ``(b or None, status)`` with cvxpy's status string ('optimal', 'unbounded', ...)."""
+    ``solver`` and ``options`` default to Clarabel at :data:`CLARABEL_TOLERANCES`. Returns
+    ``(b or None, status)`` with cvxpy's status string ('optimal', 'optimal_inaccurate',
+    'unbounded', ...); a solver error is returned as the status ``'solver_error: ...'``."""
     import cvxpy as cp
 
     n1, p = X1.shape
@@ -241,10 +250,32 @@ def solve_cvxpy(X1, y1, X2=None, ridge_strength: float = 0.0) -> tuple[np.ndarra
         objective = objective + 0.5 * ridge_strength * cp.sum_squares(X2 @ b) / X2.shape[0]
     problem = cp.Problem(cp.Minimize(objective))
     try:
-        problem.solve(solver=cp.CLARABEL, **CLARABEL_TOLERANCES)
+        problem.solve(solver=solver, **(CLARABEL_TOLERANCES if options is None else options))
     except cp.error.SolverError as err:  # pragma: no cover - reported, not raised
         return None, f"solver_error: {err}"
     return (None if b.value is None else np.asarray(b.value)), str(problem.status)
+
+
+def solve_cvxpy_retrying(X1, y1, X2=None, ridge_strength: float = 0.0,
+                         attempts=CVXPY_ATTEMPTS) -> tuple[np.ndarray | None, list]:
+    """:func:`solve_cvxpy` through ``attempts`` (``(solver, options)`` pairs) until one reports
+    'optimal'.
+
+    Returns ``(b, tried)``: ``tried`` lists ``(solver, status)`` of every attempt made, so the
+    last status says whether the problem was solved; ``b`` is the solution of the attempt that
+    reported 'optimal', or ``None`` when none did (the problem is then *unsolved*: the caller
+    records and counts it, it is not an error)."""
+    import warnings
+
+    tried = []
+    for solver, options in attempts:
+        with warnings.catch_warnings():  # cvxpy warns on an inaccurate status; the status is recorded
+            warnings.simplefilter("ignore", UserWarning)
+            b, status = solve_cvxpy(X1, y1, X2, ridge_strength, solver=solver, options=options)
+        tried.append((solver, status))
+        if status == "optimal":
+            return b, tried
+    return None, tried
 
 
 def split_statistics(X, y, ridge_strength: float, backend: str = "newton", split_fraction: float = 0.5,

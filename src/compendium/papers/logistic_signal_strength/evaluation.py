@@ -159,3 +159,144 @@ def rate_slope_estimate(sizes, errors, rng, resamples: int = 2000, level: float 
     low, high = np.quantile(draws, [alpha, 1 - alpha])
     return Estimate(point, float(low), float(high), level, REPS, int(sum(c.size for c in cols)),
                     f"percentile bootstrap over repetitions within each n, {resamples} resamples")
+
+
+# ------------------------------------------------------------------ power analysis
+# The full scale's repetitions per cell are set from a pilot (the recorded full-scale run): for each
+# check, the per-repetition spread implied by each cell's interval and the gap between the cell's
+# point and the nearest bound of the criterion give the repetitions at which the interval would
+# clear that bound with the power below. Fixed before the plan was computed.
+PLAN_LEVEL = 0.95  # the level of the ledger's intervals
+PLAN_POWER = 0.80
+MAX_REPS = 200  # the registry's ceiling on num_reps
+
+
+def unit_spread(estimate: Estimate, *, log: bool = False) -> float:
+    """Per-unit standard deviation implied by an interval: ``half-width / quantile * sqrt(n)``.
+
+    The quantile is Student's t with ``n - 1`` degrees of freedom for a t interval and normal
+    otherwise (percentile bootstrap); with ``log=True`` the interval is read on the log scale
+    (ratios). The bootstrap intervals of this chapter are asymmetric, so the half-width is the mean
+    of the two sides."""
+    from scipy import stats as st
+
+    low, high, n = float(estimate.low), float(estimate.high), int(estimate.n)
+    if n < 2:
+        raise ValueError("unit_spread needs an interval over at least 2 units")
+    if log:
+        if low <= 0:
+            raise ValueError("log=True needs a positive interval")
+        low, high = np.log(low), np.log(high)
+    q = 1 - (1 - float(estimate.level)) / 2
+    quantile = st.t.ppf(q, n - 1) if estimate.method.startswith(("t interval", "paired t")) else st.norm.ppf(q)
+    return float((high - low) / 2 / quantile * np.sqrt(n))
+
+
+def repetitions_needed(spread: float, gap: float, *, level: float = PLAN_LEVEL, power: float = PLAN_POWER) -> float:
+    """Units at which a two-sided ``level`` interval clears a bound ``gap`` away from the true value
+    with probability ``power``: ``((z_{1-a/2} + z_power) spread / gap)^2``, rounded up; ``inf``
+    when ``gap`` is 0 (the value sits on the bound: no number of units decides it)."""
+    from scipy import stats as st
+
+    if spread < 0 or gap < 0:
+        raise ValueError("spread and gap must be non-negative")
+    if gap == 0:
+        return float("inf")
+    z = st.norm.ppf(1 - (1 - level) / 2) + st.norm.ppf(power)
+    return float(np.ceil((z * spread / gap) ** 2))
+
+
+def plan_check(estimates: dict, lower: float = -np.inf, upper: float = np.inf, *, log: bool = False,
+               level: float = PLAN_LEVEL, power: float = PLAN_POWER) -> dict:
+    """Repetitions per cell at which an "in every cell" check ``lower <= value <= upper`` decides.
+
+    Each cell's pilot point is taken as its true value. If some cell's point violates the
+    criterion, the check is planned to *fail*, and the repetitions are those of the violating cell
+    that decides soonest; otherwise it is planned to *pass*, and every cell must clear its nearest
+    bound, so the repetitions are the largest over cells (cf. :func:`decisive_cell`).
+
+    Returns a dict: ``planned`` ('pass' / 'fail'), ``cell`` (the deciding cell), ``reps`` (float,
+    ``inf`` when a point sits on a bound), ``point``, ``gap`` and ``spread`` of that cell.
+    """
+    if not estimates:
+        raise ValueError("plan_check needs at least one cell")
+    tr = np.log if log else (lambda v: v)
+    lo = tr(lower) if np.isfinite(lower) else -np.inf
+    hi = tr(upper) if np.isfinite(upper) else np.inf
+    rows = {}
+    for cell, e in estimates.items():
+        point = float(tr(e.point))
+        spread = unit_spread(e, log=log)
+        gap = float(min(abs(point - lo), abs(point - hi)))
+        rows[cell] = {"point": float(e.point), "gap": gap, "spread": spread, "violates": not lo <= point <= hi,
+                      "reps": repetitions_needed(spread, gap, level=level, power=power)}
+    violating = {c: r for c, r in rows.items() if r["violates"]}
+    if violating:
+        cell = min(violating, key=lambda c: violating[c]["reps"])
+        planned = "fail"
+    else:
+        cell = max(rows, key=lambda c: rows[c]["reps"])
+        planned = "pass"
+    r = rows[cell]
+    return {"planned": planned, "cell": cell, "reps": r["reps"], "point": r["point"], "gap": r["gap"], "spread": r["spread"]}
+
+
+_CELL_TEXT = r"^(?P<point>\S+) \[(?P<low>\S+), (?P<high>\S+)\] \((?P<level>[\d.]+) %, (?P<n>\d+) (?P<unit>[^)]+)\)$"
+
+
+def recorded_estimates(claim: dict) -> dict:
+    """``cell -> Estimate`` of one ledger row of a record (``claims.json`` / ``record.json``):
+    from its per-cell details (``cell_<c>``, as written by ``Estimate.text``) where it has them,
+    else ``{None: measured}``. The method is the row's (it sets the quantile of :func:`unit_spread`)."""
+    import re
+
+    measured = claim["measured"]
+    method = measured.get("method", "") if isinstance(measured, dict) else ""
+    out = {}
+    for key, text in (claim.get("details") or {}).items():
+        m = re.match(_CELL_TEXT, str(text)) if key.startswith("cell_") else None
+        if m:
+            out[int(key[5:])] = Estimate(float(m["point"]), float(m["low"]), float(m["high"]), float(m["level"]) / 100,
+                                         m["unit"], int(m["n"]), method)
+    if not out and isinstance(measured, dict):
+        out[None] = Estimate.from_dict(measured)
+    return out
+
+
+def plan_from_record(claims: list, checks: dict, *, level: float = PLAN_LEVEL, power: float = PLAN_POWER) -> pd.DataFrame:
+    """The plan of each check from a recorded ledger.
+
+    Parameters
+    ----------
+    claims : list of ledger rows (dicts with ``id``, ``measured``, ``details``).
+    checks : ``id -> (lower, upper, log, pooled)``: the criterion's bounds (``-inf`` / ``inf`` for
+        a one-sided one), whether the interval is read on the log scale, and how many units of the
+        interval one repetition per cell adds (1 for a per-cell interval; the number of pooled
+        cells, or of sample sizes of the rate, for a pooled one).
+
+    Returns
+    -------
+    DataFrame, one row per check found in ``claims``: ``check``, ``unit``, ``pilot_n`` (units of
+    the deciding interval in the pilot), the fields of :func:`plan_check` (``reps`` in units of
+    the interval) and ``reps_per_cell`` (``reps / pooled``, rounded up).
+    """
+    by_id = {c["id"]: c for c in claims}
+    rows = []
+    for cid, (lower, upper, log, pooled) in checks.items():
+        if cid not in by_id or not isinstance(by_id[cid].get("measured"), dict):
+            continue
+        estimates = recorded_estimates(by_id[cid])
+        plan = plan_check(estimates, lower, upper, log=log, level=level, power=power)
+        rows.append({"check": cid, "unit": estimates[plan["cell"]].unit, "pilot_n": int(estimates[plan["cell"]].n),
+                     **plan, "reps_per_cell": float(np.ceil(plan["reps"] / pooled))})
+    return pd.DataFrame(rows)
+
+
+def planned_repetitions(plan: pd.DataFrame, unit: str = REPS, ceiling: int = MAX_REPS, step: int = 10) -> int:
+    """Repetitions per cell for the full scale: the largest planned need over the checks counted in
+    ``unit`` that the ``ceiling`` affords, rounded up to a multiple of ``step`` (the checks whose
+    need exceeds the ceiling stay undecided by design: knife-edges at this scale)."""
+    sub = plan[(plan["unit"] == unit) & (plan["reps_per_cell"] <= ceiling)]
+    if sub.empty:
+        return int(ceiling)
+    return int(min(ceiling, step * np.ceil(sub["reps_per_cell"].max() / step)))

@@ -119,7 +119,9 @@ class Result:
     summary : DataFrame  one row per (cell, estimator): bias, relative bias, RMSE, defined fraction.
     rate : DataFrame  one row per n: RMSE of the split estimator; ``rate_slope`` its log-log slope;
         ``rate_errors`` the errors, shape (len(rate_sizes), num_reps).
-    crosscheck : dict  cvxpy / L-BFGS / Newton agreement and statuses on a separable sample.
+    crosscheck : dict  cvxpy / L-BFGS / Newton agreement (with cvxpy's attempts, the solver that
+        solved and ``cvxpy_unsolved``, 1 if no attempt reported 'optimal') and statuses on a
+        separable sample.
     curves : dict  ``kappa -> {'mle': TheoryCurve or None, 'split': TheoryCurve}``, with only the
         curves the run needed (the MLE curve of a beyond-frontier ``kappa`` may be absent).
     """
@@ -144,6 +146,23 @@ def cell_region(kappa: float, gamma_sq: float) -> str:
     if kappa <= kh - FRONTIER_MARGIN:
         return "inside"
     return "beyond" if kappa >= kh + FRONTIER_MARGIN else "near"
+
+
+def plan_checks(cells, rate_sizes) -> dict:
+    """The checks the power analysis plans, as ``id -> (lower, upper, log, pooled)`` for
+    :func:`evaluation.plan_from_record`: each criterion's bounds as the ledger states them, and how
+    many units one more repetition per cell adds to the check's interval (per-cell checks 1; pooled
+    checks the number of pooled cells; the rate one per sample size). The simulation checks are
+    planned too (their unit is a seed); the separability shares are not (see the chapter's Limits)."""
+    regions = [cell_region(k, g) for k, g in cells]
+    inside, beyond = max(1, regions.count("inside")), max(1, regions.count("beyond"))
+    return {"split-bias-inside": (-0.10, 0.10, False, 1), "split-bias-beyond": (-0.10, 0.10, False, 1),
+            "split-vs-sloe-rmse": (-np.inf, 1.2, True, 1), "debiased-coverage": (0.87, 0.93, False, inside),
+            "covariance-adaptation": (0.0, np.inf, False, beyond),
+            "covariance-adaptation-ridge": (0.0, np.inf, False, beyond),
+            "rate-slope": (-0.7, -0.3, False, len(rate_sizes)),
+            "mle-alpha-simulation": (-0.03, 0.03, False, 1), "mle-norm-simulation": (-0.05, 0.05, False, 1),
+            "split-alpha-simulation": (-0.03, 0.03, False, 1), "split-norm-simulation": (-0.05, 0.05, False, 1)}
 
 
 def separability_experiment(gamma_sq, n, reps, correlation, seed) -> pd.DataFrame:
@@ -186,12 +205,18 @@ def _one_rep(X, y, beta, curves, config, rng, probe: bool, ablation: bool = Fals
     row = {"oracle": float(np.mean((X @ beta) ** 2))}
     mle = est.mle_statistics(X, y)
     row.update(mle_exists=mle["exists"], separable=mle["separable"])
-    split = est.split_statistics(X, y, config.ridge_strength)
-    row["split"] = float(curves["split"].invert("link_slope", split["link_slope"])[0])
-    try:  # eta^2 of the split fit is not monotone in gamma^2 at every kappa (0.4): then undefined
-        row["split_eta"] = float(curves["split"].invert("eta_sq", split["eta_sq"])[0])
-    except ValueError:
-        row["split_eta"] = float("nan")
+    row["split"] = row["split_eta"] = float("nan")
+    try:
+        split = est.split_statistics(X, y, config.ridge_strength)
+    except RuntimeError:  # the fit did not converge: an outcome, recorded as unsolved and counted
+        split = None
+    row["split_unsolved"] = int(split is None)
+    if split is not None:
+        row["split"] = float(curves["split"].invert("link_slope", split["link_slope"])[0])
+        try:  # eta^2 of the split fit is not monotone in gamma^2 at every kappa (0.4): then undefined
+            row["split_eta"] = float(curves["split"].invert("eta_sq", split["eta_sq"])[0])
+        except ValueError:
+            pass
     row["split_isotropic"] = row["ridge"] = float("nan")
     if ablation:  # the isotropic-penalty ablation, run where the ledger uses it (beyond the frontier)
         try:
@@ -272,7 +297,11 @@ def rate_experiment(config: Config, curves: dict) -> tuple[pd.DataFrame, float, 
         errs = []
         for r in range(config.num_reps):
             X, y, _ = est.simulate(n, p, g2, config.ar1_correlation, make_rng(config.seed, 4, j, r))
-            b = est.split_statistics(X, y, config.ridge_strength)["link_slope"]
+            try:
+                b = est.split_statistics(X, y, config.ridge_strength)["link_slope"]
+            except RuntimeError:  # unsolved: NaN, dropped by the slope's bootstrap and counted in 'defined'
+                errs.append(float("nan"))
+                continue
             errs.append(float(curves["split"].invert("link_slope", b)[0]) - g2)
         errs = np.array(errs)
         all_errs.append(errs)
@@ -289,12 +318,20 @@ def solver_crosscheck(config: Config) -> dict:
     n = config.crosscheck_samples
     X, y, _ = est.simulate(n, int(round(kappa * n)), g2, config.ar1_correlation, make_rng(config.seed, 5))
     X1, y1, X2, _ = est.split_halves(X, y)
-    fits = {k: est.fit_split(X1, y1, X2, config.ridge_strength, backend=k) for k in ("cvxpy", "lbfgs", "newton")}
+    fits = {k: est.fit_split(X1, y1, X2, config.ridge_strength, backend=k) for k in ("lbfgs", "newton")}
+    # cvxpy's status is an outcome: retried with another solver, and if no attempt reports
+    # 'optimal' the problem is recorded as unsolved (differences NaN, so the agreement row fails)
+    fits["cvxpy"], attempts = est.solve_cvxpy_retrying(X1, y1, X2, config.ridge_strength)
+    nan = np.full(X1.shape[1], np.nan)
+    cvx = nan if fits["cvxpy"] is None else fits["cvxpy"]
     scale = np.linalg.norm(fits["newton"])
     out = {"n": n, "p": X.shape[1],
-           "cvxpy_vs_lbfgs": float(np.linalg.norm(fits["cvxpy"] - fits["lbfgs"]) / scale),
-           "cvxpy_vs_newton": float(np.linalg.norm(fits["cvxpy"] - fits["newton"]) / scale),
-           "lbfgs_vs_newton": float(np.linalg.norm(fits["lbfgs"] - fits["newton"]) / scale)}
+           "cvxpy_vs_lbfgs": float(np.linalg.norm(cvx - fits["lbfgs"]) / scale),
+           "cvxpy_vs_newton": float(np.linalg.norm(cvx - fits["newton"]) / scale),
+           "lbfgs_vs_newton": float(np.linalg.norm(fits["lbfgs"] - fits["newton"]) / scale),
+           "cvxpy_attempts": "; ".join(f"{solver}: {status}" for solver, status in attempts),
+           "cvxpy_solver": attempts[-1][0] if fits["cvxpy"] is not None else "none",
+           "cvxpy_unsolved": int(fits["cvxpy"] is None)}
     n_s, p_s = CROSSCHECK_SEPARABLE
     Xs, ys, _ = est.simulate(n_s, p_s, g2, config.ar1_correlation, make_rng(config.seed, 6))
     X1, y1, X2, _ = est.split_halves(Xs, ys)
