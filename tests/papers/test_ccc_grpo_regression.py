@@ -22,8 +22,10 @@ def test_shapes():
     assert task.x_train.shape == (500, 16) and task.x_test.shape == (100, 16)
     assert task.centers.shape == (100,) and set(task.test_region) <= set(paper.REGIONS)
     counts = np.bincount(paper.to_bins(task.y_train, task.edges), minlength=100)
-    assert np.array_equal(task.test_supported, counts[paper.to_bins(task.y_test, task.edges)] > 0)
-    assert task.test_supported[task.test_region != "few"].all()        # many and medium bins have data
+    assert paper.SUPPORT_MIN == 5
+    assert np.array_equal(task.test_supported, counts[paper.to_bins(task.y_test, task.edges)] >= paper.SUPPORT_MIN)
+    assert task.test_supported[task.test_region != "few"].all()        # many and medium bins have >= 20
+    assert np.array_equal(paper.supported_bins([0, 0, 1, 2, 2, 2], 4, minimum=2), [True, False, True, False])
     model = paper.EnsembleMLP([1, 2, 3], 16, 8, 100)
     assert model(torch.zeros(3, 5, 16)).shape == (3, 5, 100)
     assert policy.pad_members([np.ones((2, 3)), np.ones((4, 2))], 5).shape == (2, 4, 5)
@@ -142,7 +144,7 @@ def test_pareto_toy_runs_apart_and_leaves_the_other_runs_unchanged():
             for key, values in without.metrics[task][method].items():
                 assert np.array_equal(values, with_it.metrics[task][method][key], equal_nan=True), (task, method, key)
     from compendium.papers.ccc_grpo_regression.experiment import _paired_gain
-    gain, wins = _paired_gain(with_it.metrics["pareto"], "sft", "ccc", "mae_few")   # what measurements() reads
+    gain, wins = _paired_gain(with_it.metrics["pareto"], "sft", "ccc", "mae_few")   # the reported full-range gain
     assert np.isfinite(gain.point) and gain.n == 2 and 0 <= wins <= 2
     # the Pareto toy draws from its own law (median near 8.7, not the log-normal's 10), not a copy
     from compendium.papers.ccc_grpo_regression.tasks import longtail_task

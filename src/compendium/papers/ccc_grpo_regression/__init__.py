@@ -19,7 +19,8 @@ Equations implemented
 - GRPO from the shared ``compendium.rl.grpo``: group-normalised advantages, PPO-clip with the k3
   KL to the SFT reference (``policy.py`` runs the rollouts).
 - ``tasks.py``: DIR shot regions (many > 100, medium 20-100, few < 20 training samples per value
-  bin, Yang et al. 2021), MAE per region, the geometric mean of absolute errors (GM), the
+  bin, Yang et al. 2021), MAE per region (few-shot claims on the *supported* bins, 5 to 19 training
+  samples; ``tasks.SUPPORT_MIN``), the geometric mean of absolute errors (GM), the
   regression-to-the-mean slope (OLS of prediction on truth; 1 is calibrated).
 - ``policy.lds_weights``: the non-RL baseline, label-distribution smoothing with inverse-frequency
   weights (Gaussian kernel of 5 bins, sigma 2) in the SFT cross-entropy.
@@ -63,6 +64,7 @@ from .reward import (
 )
 from .tasks import (
     REGIONS,
+    SUPPORT_MIN,
     Task,
     diabetes_task,
     gm_error,
@@ -73,6 +75,7 @@ from .tasks import (
     regression_metrics,
     rtm_slope,
     shot_regions,
+    supported_bins,
     to_bins,
     value_grid,
 )

@@ -7,6 +7,10 @@ doctor visits, a count with a long tail). Real tables are loaded through ``compe
 
 Shot regions follow Yang et al. (2021): a value bin is *many*-shot with more than 100 training
 samples, *medium* with 20 to 100, *few* with fewer than 20; a test sample takes its bin's region.
+A test sample is *supported* when its bin holds at least ``SUPPORT_MIN`` = 5 training samples (a
+rule on the training counts alone, fixed before any run that used it): the supported few-shot
+bins are those with 5 to 19 training samples, where a policy over bins has seen its target at all;
+the rest of the few-shot region (0 to 4 samples) is extrapolation.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Task", "value_grid", "to_bins", "shot_regions", "longtail_task", "diabetes_task",
-           "randhie_task", "gm_error", "rtm_slope", "regression_metrics", "per_bin_bias", "REGIONS"]
+           "randhie_task", "gm_error", "rtm_slope", "regression_metrics", "per_bin_bias", "supported_bins",
+           "REGIONS", "SUPPORT_MIN"]
 
 REGIONS = ("many", "medium", "few")
 MANY, FEW = 100, 20
+#: a value bin with at least this many training samples is *supported* (a quarter of FEW)
+SUPPORT_MIN = 5
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,8 @@ class Task:
     regions : tuple of str
         The regions reported for this task, in order.
     test_supported : numpy.ndarray of bool, shape (n_test,), optional
-        Whether the test sample's value bin holds at least one training sample (None: all do).
+        Whether the test sample's value bin holds at least ``SUPPORT_MIN`` training samples
+        (:func:`supported_bins`; None: not computed for this task).
     """
 
     name: str
@@ -81,6 +89,11 @@ def shot_regions(train_bins, num_bins: int, many: int = MANY, few: int = FEW) ->
     """Region of every bin from its training count: > many 'many', < few 'few', else 'medium'."""
     counts = np.bincount(np.asarray(train_bins), minlength=num_bins)
     return np.where(counts > many, "many", np.where(counts < few, "few", "medium"))
+
+
+def supported_bins(train_bins, num_bins: int, minimum: int = SUPPORT_MIN) -> np.ndarray:
+    """Whether each bin holds at least ``minimum`` training samples (from the training split alone)."""
+    return np.bincount(np.asarray(train_bins), minlength=num_bins) >= minimum
 
 
 def _standardise(x_train, x_test):
@@ -132,7 +145,7 @@ def longtail_task(train_size: int, test_size: int, *, distribution: str = "logno
     x_train, x_test = _standardise(_features(y_train, a, noise, rng), _features(y_test, a, noise, rng))
     train_bins, test_bins = to_bins(y_train, edges), to_bins(y_test, edges)
     region = shot_regions(train_bins, num_bins)[test_bins]
-    supported = np.bincount(train_bins, minlength=num_bins)[test_bins] > 0
+    supported = supported_bins(train_bins, num_bins)[test_bins]
     return Task("toy", x_train, y_train, x_test, y_test, edges, region, REGIONS, supported)
 
 
@@ -163,8 +176,10 @@ def randhie_task(data, target, *, train_cap: int, num_bins: int = 100, test_size
     test, train = order[:test_size], order[test_size:test_size + train_cap]
     edges = value_grid(-0.5, num_bins - 0.5, num_bins)
     x_train, x_test = _standardise(np.asarray(data, float)[train], np.asarray(data, float)[test])
-    region = shot_regions(to_bins(y[train], edges), num_bins)[to_bins(y[test], edges)]
-    return Task("randhie", x_train, y[train], x_test, y[test], edges, region, REGIONS)
+    train_bins, test_bins = to_bins(y[train], edges), to_bins(y[test], edges)
+    region = shot_regions(train_bins, num_bins)[test_bins]
+    supported = supported_bins(train_bins, num_bins)[test_bins]
+    return Task("randhie", x_train, y[train], x_test, y[test], edges, region, REGIONS, supported)
 
 
 # ------------------------------------------------------------------------------------- metrics
