@@ -24,6 +24,14 @@ under a uniform prior over the G = 4 goal objects. With the true planner this is
 with probability ``miss_rate`` (0.3, fixed by the issue) and the likelihoods come from the planner
 at 3x the true temperature (fixed by the issue).
 
+*Tempered BIP*: the same with ``miss_rate = 0`` (the fair model-based baseline; the misses alone
+cap weakened BIP at ``1 - miss_rate`` of its accuracy, since only the true goal is ever dropped).
+
+*Heading-hard queries* (:func:`heading_hard`): held-out queries where :func:`heading_heuristic`
+and exact BIP's most probable goal differ. The headline, its precondition and its controls are
+judged there; per training seed, gains are tested with the held-out episode as the unit
+(:func:`seed_gap_tests`, a cluster bootstrap from :mod:`compendium.stats`).
+
 *ELBO reward* (:func:`elbo_reward`): ``R(q) = sum_k q_k log p_k + H(q)
 = log sum_k p_k - KL(q || p / sum p)``, maximised by the posterior.
 
