@@ -215,6 +215,26 @@ def test_frozen_issues_are_reproduced_by_the_generator():
         assert not set(graph.split_identifier(hname)) & set(i["query"].split())
 
 
+def test_two_hop_issues_are_two_calls_away_and_name_neither_callee():
+    repo = {"m.py": ('def report_status(path, verbose):\n    """Report the status of a path."""\n    return gather_items(path)\n\n\n'
+                     'def gather_items(path):\n    """Gather items."""\n    return parse_entry(path)\n\n\n'
+                     'def parse_entry(path):\n    """Parse one entry."""\n    return path\n\n\n'
+                     'def shortcut(path, verbose, level):\n    """Direct shortcut."""\n    return gather_items(path) or parse_entry(path)\n')}
+    out = issues.generate_two_hop("email", repo, 10, np.random.default_rng(0))
+    assert [(i["via"], i["middle"], i["gold"]) for i in out] == [("m.py::report_status", "m.py::gather_items", ["m.py::parse_entry"])]
+    words = set(out[0]["query"].split())
+    assert not words & {"gather", "items", "parse", "entry"} and out[0]["kind"] == "two_hop"
+    # shortcut calls parse_entry directly as well: no two-hop issue from it
+    email = corpus.load_repository("email")
+    again = issues.generate_all_two_hop({"email": email}, 30)
+    assert again == issues.generate_all_two_hop({"email": email}, 30) and len(again) == 30
+    parsed = {p: graph.parse_file(p, src) for p, src in email.items()}
+    calls = set(issues.exact_calls(parsed))
+    for i in again:
+        assert (i["via"], i["middle"]) in calls and (i["middle"], i["gold"][0]) in calls
+        assert (i["via"], i["gold"][0]) not in calls
+
+
 # ---------------------------------------------------------------- tiny run
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError):
@@ -234,6 +254,9 @@ def test_tiny_run(tmp_path):
     assert result.unit_checks["issues_reproduced"]
     assert set(result.retrieval) == set(paper.RETRIEVERS)
     assert m["n_caller"] == m["n_direct"] > 0
+    assert m["n_two_hop"] > 0 and set(result.two_hop) == set(paper.RETRIEVERS)
+    assert all(i["kind"] == "two_hop" and i["split"] == "test" for i in result.two_hop_issues)
+    assert -1 <= m["direct_acc1"].point <= 1
     table = paper.accuracy_table(result)
     for name in paper.RETRIEVERS:
         accs = [table[name][("caller", k)] for k in config.k_values]

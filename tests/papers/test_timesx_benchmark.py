@@ -197,3 +197,34 @@ def test_context_floor_is_the_clean_relative_gap_to_unimodal(tiny):
          / s[(s.replicate == k) & (s.method == "unimodal (dev-selected)")].mase.mean() for k in range(tiny.config.num_replicates)]
     assert est.n == len(r) and est.point == pytest.approx(float(np.mean(r)))
     assert paper.headroom(tiny, "unimodal (dev-selected)").point == 0.0  # no adjustment: no gain
+
+
+def test_memorising_forecast_returns_stored_targets_only_for_stored_inputs(tiny):
+    rng = np.random.default_rng(0)
+    history = np.exp(rng.normal(size=(4, paper.INPUT + 3))) + 5
+    model = paper.train_global_mlp(rng.normal(size=(8, paper.INPUT)), rng.normal(size=(8, paper.HORIZON)),
+                                   hidden=4, steps=2, seed=0)
+    x = history[:, -paper.INPUT:]
+    scale = x.mean(axis=1, keepdims=True)
+    target = rng.normal(size=(4, paper.HORIZON))
+    out = paper.memorising_forecast(model, (x / scale)[[1, 3]], target[[1, 3]], history)
+    base = paper.mlp_forecast(model, history)
+    np.testing.assert_allclose(out[[1, 3]], target[[1, 3]] * scale[[1, 3]])
+    np.testing.assert_allclose(out[[0, 2]], base[[0, 2]])
+    np.testing.assert_allclose(paper.memorising_forecast(model, x[:0], target[:0], history), base)
+    # in the run, the twin never does worse than the clean MLP (it changes only windows it memorised)
+    assert (tiny.leakage.mase_memoriser <= tiny.leakage.mase_clean + 1e-12).all()
+
+
+def test_partial_gain_correlation_holds_the_level_fixed(tiny):
+    cells = paper.sweep_cells(tiny)
+    rho, p = paper.partial_gain_correlation(tiny, permutations=199)
+    assert -1 <= rho <= 1 and 0 < p <= 1
+    # a gain that is a pure level effect (constant within levels) has no within-level association
+    lv = cells.p_relevant.to_numpy()
+    resid = paper.experiment._within_level_rank_residuals(lv * 10, lv)
+    np.testing.assert_allclose(resid, 0.0)
+    # the statistic equals the Pearson correlation of the within-level-centred ranks
+    a = paper.experiment._within_level_rank_residuals(cells.error_correlation.to_numpy(), lv)
+    b = paper.experiment._within_level_rank_residuals(cells.gain_over_best.to_numpy(), lv)
+    assert rho == pytest.approx(float(np.corrcoef(a, b)[0, 1]))

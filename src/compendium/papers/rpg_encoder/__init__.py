@@ -44,13 +44,16 @@ Small-scale deviations
 - The lifter is a bag of identifiers: claims about LLM semantics (lifting quality, RepoCraft
   reconstruction) stay out. File summaries are counted as lifter calls.
 - Issues are generated, not written by people; the caller split encodes the paper's premise
-  (the symptom is described where it shows, the fault lies one call away).
+  (the symptom is described where it shows, the fault lies one call away); the two-hop split
+  (``issues.generate_all_two_hop``, generated from the checksummed corpus by a fixed rule and seed)
+  puts the fault two calls away, where it competes with everything below the described function.
 - No agent loop: the retriever applies SearchNode and one ExploreRPG expansion in one pass.
 """
 
 from . import corpus, graph, issues, parsing, retrieval
 from .corpus import PACKAGES, load_repository, mutate
-from .experiment import Config, Result, accuracy_table, evolve, measurements, per_repository, run, unit_checks
+from .experiment import (Config, Result, accuracy_table, evolve, measurements, per_repository, run, two_hop_measurements,
+                         two_hop_table, unit_checks)
 from .graph import (RPG, Entity, HierarchyModel, Lifter, abstract_nodes, containment_edges, empty_abstract_nodes, encode,
                     explore, fetch_node, fit_hierarchy,
                     lca_directory, parse_file, repo_diff, resolve_edges, rpg_update, skeleton, skeleton_coverage,

@@ -22,6 +22,7 @@ from . import graph
 NOISE = ("unexpected", "wrong", "broken", "fails", "sometimes", "odd", "incorrect", "crash", "bug", "strange")
 DATASET = "rpg_encoder_issues"
 GENERATOR_SEED = 20260101
+TWO_HOP_SEED = 20261207
 
 
 def exact_calls(parsed: dict) -> list[tuple[str, str]]:
@@ -86,6 +87,56 @@ def generate(repo_name: str, repo: dict, max_pairs: int, rng: np.random.Generato
             out.append({"id": f"{repo_name}-{n:04d}-{kind}", "repo": repo_name, "kind": kind, "split": split_of[eh.id],
                         "query": _query(words, rng), "gold": [eh.id], "via": ef.id})
     return out
+
+
+def generate_two_hop(repo_name: str, repo: dict, max_pairs: int, rng: np.random.Generator) -> list[dict]:
+    """Up to ``max_pairs`` *two-hop* issues for one repository (a split where the gold is not one
+    call from the described function).
+
+    Every chain of exact calls ``f -> g -> h`` between three distinct functions, where ``f`` does
+    not call ``h`` itself, qualifies when ``f`` keeps at least three words once the words of
+    ``g``'s and ``h``'s names are removed and ``h`` has at least two. The issue describes ``f``
+    (the same word draw as a caller issue); the gold is ``h``, two calls away, and competes with
+    every other callee of ``f`` and of its callees. One issue per chain; the dev/test split is
+    drawn per gold function.
+    """
+    parsed = {path: graph.parse_file(path, src) for path, src in sorted(repo.items())}
+    entities = {e.id: e for p in parsed.values() for e in p.entities}
+    calls = exact_calls(parsed)
+    direct = set(calls)
+    out_of: dict = {}
+    for f, g in calls:
+        out_of.setdefault(f, []).append(g)
+    name_words = lambda e: set(graph.split_identifier(e.qualname.rsplit(".", 1)[-1].split("#")[0]))  # noqa: E731
+    chains = []
+    for f, g in calls:
+        for h in out_of.get(g, ()):
+            if h == f or (f, h) in direct:
+                continue
+            ef, eg, eh = entities[f], entities[g], entities[h]
+            if {ef.kind, eg.kind, eh.kind} != {"function"}:
+                continue
+            banned = name_words(eg) | name_words(eh)
+            words = [w for w in _words(ef) if w not in banned]
+            if len(words) >= 3 and len(_words(eh)) >= 2:
+                chains.append((ef, eg, eh, words))
+    out, split_of = [], {}
+    for n, i in enumerate(rng.permutation(len(chains))[:max_pairs]):
+        ef, eg, eh, words = chains[i]
+        if eh.id not in split_of:
+            split_of[eh.id] = "dev" if rng.random() < 0.5 else "test"
+        out.append({"id": f"{repo_name}-{n:04d}-two_hop", "repo": repo_name, "kind": "two_hop", "split": split_of[eh.id],
+                    "query": _query(words, rng), "gold": [eh.id], "via": ef.id, "middle": eg.id})
+    return out
+
+
+def generate_all_two_hop(repos: dict, max_pairs: int) -> list[dict]:
+    """The two-hop split of every repository (its own seed stream, fixed before any retriever ran on it)."""
+    from .corpus import PACKAGES
+
+    return [issue for name, repo in repos.items()
+            for issue in generate_two_hop(name, repo, max_pairs,
+                                          np.random.default_rng([TWO_HOP_SEED, PACKAGES.index(name)]))]
 
 
 def generate_all(repos: dict, max_pairs: int) -> list[dict]:

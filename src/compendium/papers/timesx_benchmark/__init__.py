@@ -37,11 +37,11 @@ Small-scale deviations
   issue's five seeds.
 """
 
-from .experiment import (METHODS, QUANTILE_LEVELS, UNIMODAL, Config, Result, crossover, crps_mase_rank_correlation,
+from .experiment import (MEMORISER_RECALL, METHODS, QUANTILE_LEVELS, UNIMODAL, Config, Result, crossover, crps_mase_rank_correlation,
                          floor_reduction, shuffled_context_gap, gain_correlation, headroom,
-                         leak_reduction, paired, replicate_mean, run, run_replicate, seeds_excluding_zero, sweep_cells)
+                         leak_reduction, paired, partial_gain_correlation, replicate_mean, run, run_replicate, seeds_excluding_zero, sweep_cells)
 from .forecasters import (ContextModel, GlobalMLP, context_adjusted, holt_winters, mean_ensemble, median_ensemble,
-                          mlp_forecast, seasonal_naive, train_global_mlp, windows_from)
+                          memorising_forecast, mlp_forecast, seasonal_naive, train_global_mlp, windows_from)
 from .generator import (CLEAN, CUTOFF, DEV_ORIGIN, DOMAINS, HORIZON, INPUT, LENGTH, PERIODS, Contexts, Knobs, Window,
                         draw_events, event_sentence, leakage_audit, make_contexts, make_series, parse_dates, planted_leaky_windows,
                         real_series, scheduled_future_items, templates)

@@ -18,6 +18,7 @@ from .generator import (CLEAN, CUTOFF, DEV_ORIGIN, DOMAINS, HORIZON, INPUT, PERI
 
 QUANTILE_LEVELS = np.arange(1, 10) / 10
 UNIMODAL = ("seasonal naive", "Holt-Winters", "global MLP")
+MEMORISER_RECALL = 0.25  # share of the leaked windows the memorising twin stores (the positive leak control)
 METHODS = UNIMODAL + ("unimodal (dev-selected)", "context-adjusted", "oracle parser", "mean ensemble",
                       "median ensemble")
 
@@ -111,6 +112,9 @@ def run_replicate(config: Config, replicate: int, tpl: dict, real: list) -> dict
     repeat = max(1, len(X) // max(1, len(Xl)))
     planted = fc.train_global_mlp(np.concatenate([X, np.repeat(Xl, repeat, axis=0)]),
                                   np.concatenate([Y, np.repeat(Yl, repeat, axis=0)]), **kw)
+    # positive control: a memorising twin, the clean MLP plus an exact-lookup memory of a random quarter of
+    # the leaked windows; the check must see it (if not, a 'no effect' from the real leak means nothing)
+    recalled = np.random.default_rng([config.seed, replicate, 31]).random(len(Xl)) < MEMORISER_RECALL
     training_audit = {"clean_windows_past_cutoff": int(np.sum(ends > CUTOFF)),
                       "leaky_windows_past_cutoff": int(np.sum(np.concatenate([ends, ends_l]) > CUTOFF)),
                       "control_windows_past_cutoff": int(np.sum(np.concatenate([ends, ends_c]) > CUTOFF)),
@@ -120,7 +124,9 @@ def run_replicate(config: Config, replicate: int, tpl: dict, real: list) -> dict
     leak = {"replicate": replicate,
             **{f"mase_{name}": float(metrics.mase(clean_truth, fc.mlp_forecast(m, history), scale).mean())
                for name, m in (("clean", mlp), ("leaky", leaky), ("control", control), ("planted", planted))},
-            "planted_repeat": repeat}
+            "mase_memoriser": float(metrics.mase(clean_truth, fc.memorising_forecast(mlp, Xl[recalled], Yl[recalled], history),
+                                                 scale).mean()),
+            "planted_repeat": repeat, "memorised_windows": int(recalled.sum())}
 
     # --- context model: trained on clean contexts before the cutoff ---------------------------------
     ctx = make_contexts(ctx_domains, ctx_draws, CLEAN, tpl, origin=DEV_ORIGIN)
@@ -272,14 +278,53 @@ def sweep_cells(result: Result) -> pd.DataFrame:
 
 def gain_correlation(result: Result, permute: bool = False) -> tuple[float, float]:
     """Spearman rho (and one-sided p for rho < 0) of the ensemble's gain over its better component
-    against the components' error correlation, over the sweep's (level, replicate) cells. With
-    ``permute`` the gains are shuffled first (the negative control)."""
+    against the components' error correlation, over the sweep's (level, replicate) cells, pooled
+    (confounded with p_relevant, which moves both; shown, not tested). With ``permute`` the gains
+    are shuffled first."""
     cells = sweep_cells(result)
     gain = cells.gain_over_best.to_numpy()
     if permute:
         gain = np.random.default_rng([result.config.seed, 99]).permutation(gain)
     rho, p = scipy.stats.spearmanr(cells.error_correlation, gain, alternative="less")
     return float(rho), float(p)
+
+
+def _within_level_rank_residuals(values: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    ranks = scipy.stats.rankdata(values)
+    out = ranks.astype(float).copy()
+    for lv in np.unique(levels):
+        out[levels == lv] -= ranks[levels == lv].mean()
+    return out
+
+
+def partial_gain_correlation(result: Result, permute: bool = False, permutations: int = 4999) -> tuple[float, float]:
+    """The gain-correlation test with p_relevant held fixed: the Pearson correlation of the two
+    variables' ranks after removing each level's mean rank (a partial Spearman rho given the
+    level), and a one-sided p for rho < 0 from permuting the gains *within* each level
+    (``permutations`` draws, fixed seed). With ``permute`` the gains are first shuffled within
+    levels (the negative control)."""
+    cells = sweep_cells(result)
+    levels = cells.p_relevant.to_numpy()
+    gain, corr = cells.gain_over_best.to_numpy(), cells.error_correlation.to_numpy()
+    rng = np.random.default_rng([result.config.seed, 101])
+
+    def shuffle(v):
+        v = v.copy()
+        for lv in np.unique(levels):
+            idx = np.flatnonzero(levels == lv)
+            v[idx] = v[rng.permutation(idx)]
+        return v
+
+    if permute:
+        gain = shuffle(gain)
+
+    def stat(g):
+        a, b = _within_level_rank_residuals(corr, levels), _within_level_rank_residuals(g, levels)
+        return float(np.corrcoef(a, b)[0, 1])
+
+    rho = stat(gain)
+    null = np.array([stat(shuffle(gain)) for _ in range(permutations)])
+    return rho, float((1 + np.sum(null <= rho)) / (1 + permutations))
 
 
 def crossover(result: Result) -> str:
