@@ -59,6 +59,7 @@ from . import evaluation
 from .experiment import (
     ADAPTIVE,
     LOW_NOISE_FACTORS,
+    MAIN_METHODS,
     below_crossover_sigmas,
     extra_sigmas,
     low_noise_sigmas,

@@ -287,44 +287,40 @@ class _Projector:
 
 
 class _Schedules:
-    """``eta_t`` and ``mu_t`` of every arm: precomputed per chunk for the fixed schedules, from the
-    accumulated variation ``V`` (one value per arm and seed) for the adaptive ones."""
+    """``eta_t`` and ``mu_t`` of every arm: precomputed per chunk for the fixed schedules (the
+    adaptive rows read 1 there), and per step, from the accumulated variation ``V`` (one value per
+    arm and seed), for the adaptive arms, which must be contiguous and share one rule."""
 
     def __init__(self, flat: list, num_seeds: int):
         scheds = [s for _, s, _ in flat]
         is_adaptive = [isinstance(s, AdaptiveSchedule) for s in scheds]
         self.uniq = list(dict.fromkeys(s for s, a in zip(scheds, is_adaptive) if not a))
         self.which = np.array([0 if a else self.uniq.index(s) for s, a in zip(scheds, is_adaptive)])
+        self.fixed = ~np.array(is_adaptive)[:, None]
         rows = np.flatnonzero(is_adaptive)
         rules = {scheds[r] for r in rows}
         if len(rules) > 1:
             raise ValueError("simulate_batch takes one AdaptiveSchedule per batch")
-        self.rule = rules.pop() if rules else None
         if rows.size and not np.all(np.diff(rows) == 1):
             raise ValueError("the adaptive arms of a batch must be contiguous")
+        self.rule = rules.pop() if rules else None
         self.rows = slice(int(rows[0]), int(rows[-1]) + 1) if rows.size else None
         self.variation = np.zeros((rows.size, num_seeds))
-        self.eta = np.empty((len(flat), num_seeds, 1))
-        self.mu = np.empty_like(self.eta)
 
     def chunk(self, ts: np.ndarray) -> tuple:
         """(eta, mu) of the fixed schedules for the times ``ts``, each of shape (chunk, A, 1, 1)."""
         if not self.uniq:
             ones = np.ones((ts.size, self.which.size, 1, 1))
             return ones, ones
-        eta = np.array([s.step(ts) for s in self.uniq])[self.which].T[:, :, None, None]
-        mu = np.array([s.regularization(ts) for s in self.uniq])[self.which].T[:, :, None, None]
-        return eta, mu
+        eta = np.where(self.fixed, np.array([s.step(ts) for s in self.uniq])[self.which], 1.0)
+        mu = np.where(self.fixed, np.array([s.regularization(ts) for s in self.uniq])[self.which], 1.0)
+        return eta.T[:, :, None, None], mu.T[:, :, None, None]
 
-    def at(self, t: int, eta: np.ndarray, mu: np.ndarray) -> tuple:
-        """(eta_t, mu_t) of every arm at time ``t``; the adaptive arms read ``V_{t-1}``."""
+    def adaptive(self, t: int) -> tuple:
+        """(eta_t, mu_t) of the adaptive arms, each (n_adaptive, S, 1), from ``V_{t-1}``; None if none."""
         if self.rule is None:
-            return eta, mu
-        np.copyto(self.eta, eta)
-        np.copyto(self.mu, mu)
-        self.rule.step(t, self.variation, out=self.eta[self.rows, :, 0])
-        self.rule.regularization(t, self.variation, out=self.mu[self.rows, :, 0])
-        return self.eta, self.mu
+            return None
+        return self.rule.step(t, self.variation)[..., None], self.rule.regularization(t, self.variation)[..., None]
 
     def observe(self, g: np.ndarray, g_prev: np.ndarray) -> None:
         """``V_t = V_{t-1} + ||g_t - g_{t-1}||^2`` for the adaptive arms."""
@@ -398,12 +394,14 @@ def simulate_batch(problems: list, arms: list, num_seeds: int, horizon: int, che
         eta_chunk, mu_chunk = schedules.chunk(ts)
         const = scale * rng.standard_normal((ts.size, S, d))[:, None] + shift  # q + xi_t, shared draws
         for i, t in enumerate(ts):
-            eta, mu = schedules.at(int(t), eta_chunk[i], mu_chunk[i])
+            adaptive = schedules.adaptive(int(t))
             for sl, mt in zip(slices, mat_t):
                 np.matmul(z[sl], mt, out=g[sl])  # M z
             g += const[i]
             np.subtract(z, anchor, out=tmp)
-            tmp *= mu
+            tmp *= mu_chunk[i]
+            if adaptive is not None:
+                tmp[schedules.rows] *= adaptive[1]
             g += tmp  # g_t = F(z_t) + xi_t + mu_t (z_t - z_ref)
             if g_prev is None:
                 g_prev = g.copy()
@@ -411,7 +409,9 @@ def simulate_batch(problems: list, arms: list, num_seeds: int, horizon: int, che
             np.subtract(g, g_prev, out=tmp)
             tmp *= omega
             tmp += g  # g_t + omega (g_t - g_{t-1})
-            tmp *= eta
+            tmp *= eta_chunk[i]
+            if adaptive is not None:
+                tmp[schedules.rows] *= adaptive[0]
             z -= tmp
             project(z)
             g, g_prev = g_prev, g
