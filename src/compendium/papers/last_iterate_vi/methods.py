@@ -340,6 +340,14 @@ def _stack(problems: list, counts: list, attr: str, d: int) -> np.ndarray:
     return np.concatenate([np.broadcast_to(getattr(p, attr), (c, 1, d)) for p, c in zip(problems, counts)])
 
 
+def _record_gaps(k: int, z: np.ndarray, problems: list, slices: list, gap_sq: list, res_sq: list) -> None:
+    """Write ``Gap^2`` (and the restricted gap where asked) of every problem's arms at checkpoint ``k``."""
+    for j, (sl, p) in enumerate(zip(slices, problems)):
+        gap_sq[j][k] = p.gap(z[sl]) ** 2
+        if res_sq[j] is not None:
+            res_sq[j][k] = p.restricted_gap(z[sl]) ** 2
+
+
 def simulate_batch(problems: list, arms: list, num_seeds: int, horizon: int, checkpoints: np.ndarray,
                    rng: np.random.Generator, chunk: int = 500, restricted=()) -> list:
     """Advance several problems, each with its own list of arms, in one vectorised loop over ``t``.
@@ -417,10 +425,7 @@ def simulate_batch(problems: list, arms: list, num_seeds: int, horizon: int, che
             g, g_prev = g_prev, g
             k = record.get(int(t) + 1)
             if k is not None:
-                for j, (sl, p) in enumerate(zip(slices, problems)):
-                    gap_sq[j][k] = p.gap(z[sl]) ** 2
-                    if res_sq[j] is not None:
-                        res_sq[j][k] = p.restricted_gap(z[sl]) ** 2
+                _record_gaps(k, z, problems, slices, gap_sq, res_sq)
     sigma_hat = schedules.noise_estimates(horizon)
     return [{"gap_sq": gap_sq[j], "restricted_sq": res_sq[j], "final": z[sl].copy(), "sigma_hat": sigma_hat[sl]}
             for j, sl in enumerate(slices)]
