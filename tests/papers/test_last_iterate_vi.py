@@ -190,7 +190,7 @@ def test_tiny_run_is_deterministic(tiny_result):
     np.testing.assert_array_equal(again.gap_sq, tiny_result.gap_sq)
     np.testing.assert_array_equal(again.strong_gap_sq, tiny_result.strong_gap_sq)
     assert again.metrics["slope"] == tiny_result.metrics["slope"]
-    assert tiny_result.gap_sq.shape == (tiny_result.checkpoints.size, 5, 6, 2)
+    assert tiny_result.gap_sq.shape == (tiny_result.checkpoints.size, len(paper.MAIN_METHODS), 8, 2)  # 6 + 2 low-noise levels
     assert tiny_result.metrics["cvxpy_vs_closed_form"] < 1e-6
     for key in ("low_noise_ratio", "high_noise_ratio"):
         assert np.isfinite(tiny_result.metrics[key]) and tiny_result.metrics[key] > 0
@@ -216,9 +216,9 @@ def test_config_rejects_bad_values():
 # ---------------------------------------------------------------- hardening: comparison methods and intervals
 def test_extra_methods_share_the_noise_of_the_main_run(tiny_result):
     r = tiny_result
-    assert set(r.extra) == {"RG (low-noise)", "OG (decaying)"}
+    assert set(r.extra) == {"RG (low-noise)", "RG (sigma-tuned)", "OG (decaying)"}
     for name, e in r.extra.items():
-        assert e["gap_sq"].shape == (r.checkpoints.size, len(paper.EXTRA_SIGMAS[name]), 2)
+        assert e["gap_sq"].shape == (r.checkpoints.size, len(paper.extra_sigmas(r.config.horizon)[name]), 2)
         assert r.curves(name, e["sigmas"][0]).shape == (r.checkpoints.size, 2)
     # at sigma = 0 the noise plays no role, and RG's own schedule differs from the fixed one
     assert not np.allclose(r.curves("RG (low-noise)", 0.0), r.curves("RG", 0.0))
@@ -315,3 +315,65 @@ def test_ratio_and_power_estimates_on_known_values():
     final = lam[:, None] ** -2.0 * np.exp(0.01 * rng.standard_normal((3, 6)))
     power = ev.power_over_seeds(lam, final)
     assert power.n == 6 and power.low < -2.0 < power.high and abs(power.point + 2.0) < 0.05
+
+
+# ---------------------------------------------------------------- round 2: the sigma-agnostic ROG and low noise
+def test_adaptive_schedule_is_the_tuned_rule_at_the_estimated_sigma():
+    ad = paper.adaptive_schedule(0.25, 10.0)
+    for t in (0, 7, 123, 40000):
+        for v in (0.0, 1e-6, 1e-3, 2.0, 500.0):
+            s_hat = float(ad.noise_estimate(t, v))
+            ref = paper.sigma_tuned_schedule(s_hat, 0.25, 10.0)
+            assert np.isclose(ad.step(t, v), ref.step(t), rtol=1e-12)
+            assert np.isclose(ad.regularization(t, v), ref.regularization(t), rtol=1e-12)
+    assert ad.step(5, 0.0) == 0.25  # no variation yet: the deterministic regime
+    with pytest.raises(ValueError):
+        paper.AdaptiveSchedule(0.0)
+
+
+def test_adaptive_arm_matches_naive_loop_and_estimates_sigma(problems):
+    p, T, S = problems["bilinear"], 60, 2
+    ad = paper.adaptive_schedule(0.25, 10.0)
+    base = paper.base_schedule(0.25, 10.0)
+    arms = [(False, base, 0.5), (True, ad, 0.0), (True, ad, 0.5)]
+    ckpt = np.arange(1, T + 1)
+    out = paper.methods.simulate_batch([p], [arms], S, T, ckpt, np.random.default_rng(3), chunk=13)[0]
+    rng = np.random.default_rng(3)
+    xi = np.concatenate([rng.standard_normal((min(13, T - s), S, p.dim)) for s in range(0, T, 13)])
+    for a, (_, _, sigma) in enumerate(arms[1:], start=1):
+        for r in range(S):
+            z, g_prev, v = p.anchor.copy(), None, 0.0
+            for t in range(T):
+                mu = ad.regularization(t, v)
+                g = p.matrix @ z + p.shift + sigma / np.sqrt(p.dim) * xi[t, r] + mu * (z - p.anchor)
+                g_prev = g if g_prev is None else g_prev
+                eta = ad.step(t, v)  # both read V_{t-1}
+                v += float(np.sum((g - g_prev) ** 2))
+                z = p.project(z - eta * (2 * g - g_prev))
+                g_prev = g
+                assert abs(out["gap_sq"][t, a, r] - p.gap(z) ** 2) <= 1e-12
+            assert np.isclose(out["sigma_hat"][a, r], ad.noise_estimate(T, v))
+    assert np.all(np.isnan(out["sigma_hat"][0]))
+    # a long noisy run: the estimate converges to the true sigma
+    long = paper.methods.simulate_batch([p], [[(True, ad, 0.3)]], 4, 4000, np.array([4000]), np.random.default_rng(0))[0]
+    assert np.all(np.abs(long["sigma_hat"][0] / 0.3 - 1) < 0.05)
+
+
+def test_low_noise_levels_lie_below_the_crossover(tiny_result):
+    for T in (1000, 50000, 500000):
+        low = paper.low_noise_sigmas(T)
+        assert all(0 < s <= T ** -0.75 for s in low)
+        assert all(s ** (-4 / 3) > T for s in low)  # the crossover lies beyond the horizon
+        assert paper.below_crossover_sigmas(T) == (0.0, *low)
+    r = tiny_result
+    for s in paper.below_crossover_sigmas(r.config.horizon):
+        for name in ("ROG (sigma-tuned)", paper.ADAPTIVE, "RG (low-noise)", "RG (sigma-tuned)", "RG", "ROG (fixed)"):
+            assert r.curves(name, s).shape == (r.checkpoints.size, 2)
+    assert r.sigma_hat.shape == (r.sigmas.size, 2)
+    assert np.all(np.isfinite(r.sigma_hat))
+
+
+def test_simulate_batch_is_split_into_short_pieces():
+    src = inspect.getsource(paper.methods.simulate_batch)
+    body = src[src.index('"""', src.index('"""') + 3) + 3:]
+    assert len(body.strip().splitlines()) <= 60

@@ -23,6 +23,9 @@ Anytime schedules (no horizon), ``t0`` = ``offset``:
 * fixed (RG, and ROG "fixed"): ``eta_t = min(eta_max, (t+t0)^-3/5)``, ``mu_t = (t+t0)^-1/5``;
 * ROG sigma-tuned: ``eta_t = min(eta_max, sigma^-4/5 (t+t0)^-3/5)``,
   ``mu_t = max(sigma^2/5 (t+t0)^-1/5, (t+t0)^-1/2)``;
+* ROG adaptive (sigma-agnostic): the sigma-tuned rule with ``sigma^2`` replaced by the AdaGrad-type
+  estimate ``V_{t-1} / (2 (t+t0))``, ``V_t = sum_{s<=t} ||g_s - g_{s-1}||^2`` (its own operator
+  differences; ``E||xi_s - xi_{s-1}||^2 = 2 sigma^2``);
 * strongly monotone: ``eta_t = min(eta_max, 1/(lambda (t+t0)))``, ``mu_t = (t+t0)^-1``.
 
 Baselines: SGDA and optimistic gradient (OG) without regularization, and stochastic extragradient
@@ -42,7 +45,10 @@ Small-scale deviations
   payoff vectors). Dimensions ``2n`` with ``n = 5`` by default. All ball problems advance in one
   vectorised loop (:func:`.methods.simulate_batch`) and share their noise draws.
 - Schedule constants (``c_eta = c_mu = 1``, ``eta_max = 1/4``, ``t0 = 10``) are fixed by us; the
-  sigma-tuned ROG schedule uses the known ``sigma`` (the paper may adapt differently).
+  sigma-tuned ROG schedule uses the known ``sigma``, the adaptive one estimates it from its own
+  oracle answers (the paper may adapt differently).
+- "Low noise" is fixed from the horizon: ``sigma <= T^(-3/4)`` (the crossover ``t ~ sigma^(-4/3)``
+  lies beyond ``T``); the run adds ``0.1 T^(-3/4)`` and ``0.5 T^(-3/4)`` to the noise grid.
 - The gap used for rates is ``max <F(z), z - z'>``; the paper's exact gap is unknown to us. For a
   strongly monotone ``F`` the restricted (Minty) gap is quadratic in the distance to ``z*`` and
   decays twice as fast; the chapter shows both.
@@ -51,6 +57,12 @@ Small-scale deviations
 
 from . import evaluation
 from .experiment import (
+    ADAPTIVE,
+    LOW_NOISE_FACTORS,
+    MAIN_METHODS,
+    below_crossover_sigmas,
+    extra_sigmas,
+    low_noise_sigmas,
     CONTROL_SIGMA,
     EXTRA_SIGMAS,
     FIT_SIGMA_RANGE,
@@ -76,6 +88,8 @@ from .experiment import (
     slope_details,
 )
 from .methods import (
+    AdaptiveSchedule,
+    adaptive_schedule,
     Method,
     Schedule,
     base_schedule,

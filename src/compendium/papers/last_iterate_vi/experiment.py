@@ -15,7 +15,11 @@ from ...validation import require_int as _require_int, require_number as _requir
 REQUIRED_SIGMAS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)  # the noise levels the ledger reads
 RG_RATE_SIGMAS = (0.1, 1.0)
 ROG_NOISY_SIGMAS = (0.3, 1.0)
-LOW_NOISE_SIGMAS = (0.0, 0.01, 0.03)  # "sigma <= 0.03"
+LOW_NOISE_SIGMAS = (0.0, 0.01, 0.03)  # the issue's "sigma <= 0.03"
+# "low noise" fixed from the horizon before any run: ROG's rate terms sigma^(4/5) t^(-2/5) and t^-1
+# meet at t ~ sigma^(-4/3), so the noiseless regime lasts up to T when sigma <= T^(-3/4). The run adds
+# these multiples of T^(-3/4) to the grid (crossover at about 21.5 T and 2.5 T).
+LOW_NOISE_FACTORS = (0.1, 0.5)
 HIGH_NOISE_SIGMA = 1.0
 FIT_SIGMA_RANGE = (0.1, 3.0)  # variance-adaptivity fit
 STRONG_FIT_SIGMAS = (0.1, 0.3, 1.0)
@@ -23,9 +27,30 @@ STRONG_SLOPE_SIGMA = 1.0
 CONTROL_SIGMA = 1.0
 OTHER_SIGMAS = (0.1, 1.0)  # the two extra problems
 NUM_CVXPY_POINTS = 5
-MAIN_METHODS = ("RG", "ROG (sigma-tuned)", "ROG (fixed)", "SGDA", "OG")
-# comparison methods run only at the noise levels their checks read (time budget)
-EXTRA_SIGMAS = {"RG (low-noise)": LOW_NOISE_SIGMAS, "OG (decaying)": (CONTROL_SIGMA,)}
+MAIN_METHODS = ("RG", "ROG (sigma-tuned)", "ROG (fixed)", "SGDA", "OG", "ROG (adaptive)")
+ADAPTIVE = "ROG (adaptive)"  # the sigma-agnostic ROG that decides variance adaptivity
+
+
+def low_noise_sigmas(horizon: int) -> tuple:
+    """The nonzero noise levels below the crossover at the horizon: ``LOW_NOISE_FACTORS * T^(-3/4)``."""
+    return tuple(float(f * horizon ** -0.75) for f in LOW_NOISE_FACTORS)
+
+
+def below_crossover_sigmas(horizon: int) -> tuple:
+    """``sigma = 0`` and :func:`low_noise_sigmas`: where the optimism claim is decided."""
+    return (0.0, *low_noise_sigmas(horizon))
+
+
+def extra_sigmas(horizon: int) -> dict:
+    """Noise levels of the comparison methods (run only where their checks read them: time budget):
+    RG on its own sigma = 0 schedule at every low-noise level of either definition, RG on the
+    sigma-tuned schedule below the crossover, OG with a decaying step at ``CONTROL_SIGMA``."""
+    return {"RG (low-noise)": tuple(sorted(set(LOW_NOISE_SIGMAS) | set(below_crossover_sigmas(horizon)))),
+            "RG (sigma-tuned)": below_crossover_sigmas(horizon),
+            "OG (decaying)": (CONTROL_SIGMA,)}
+
+
+EXTRA_SIGMAS = extra_sigmas(50000)  # at the smoke horizon (the run computes its own)
 # the instance where noise matters: the bilinear game with its anchor (and start) 0.02 from the
 # solution instead of 0.5, so the Tikhonov bias mu^2 D^2 is (0.02 / 0.5)^2 = 1/625 of the first
 # game's while the variance sigma^2 eta / mu is unchanged (fixed before any run)
@@ -100,6 +125,11 @@ class Config:
             raise ValueError(f"horizon {self.horizon} is too short for a window of {self.window_decades} decades")
 
     @property
+    def grid(self) -> tuple:
+        """The noise levels the run uses: ``sigmas`` and :func:`low_noise_sigmas` of the horizon."""
+        return tuple(sorted(set(self.sigmas) | set(low_noise_sigmas(self.horizon))))
+
+    @property
     def window(self) -> tuple:
         """The fixed slope window ``[T / 10^w, T]``."""
         return (self.horizon / 10**self.window_decades, float(self.horizon))
@@ -118,7 +148,8 @@ class Result:
     same for the other problems; ``extra[name]`` holds ``sigmas`` and ``gap_sq`` (K, S, R) of the
     comparison methods of :data:`EXTRA_SIGMAS`; ``warm`` holds ``methods``, ``sigmas`` and
     ``gap_sq`` (K, M, S, R) on the warm-anchor bilinear game; ``lambda_sweep`` holds ``lambdas``,
-    ``gap_sq`` (K, L, R) and ``dist_sq`` (L, R) (``||z_T - z*||^2``) of ROG at ``LAMBDA_SIGMA``.
+    ``gap_sq`` (K, L, R) and ``dist_sq`` (L, R) (``||z_T - z*||^2``) of ROG at ``LAMBDA_SIGMA``;
+    ``sigma_hat`` (S, R) is the adaptive ROG's noise estimate at the horizon on the bilinear game.
     ``metrics`` holds every number the ledger reads.
     """
 
@@ -136,6 +167,7 @@ class Result:
     extra: dict
     warm: dict
     lambda_sweep: dict
+    sigma_hat: np.ndarray
     schedules: dict
     symbolic: dict
     exponents_table: list
@@ -166,26 +198,32 @@ def _index(values, x) -> int:
 
 
 def main_methods(sigmas, step_max: float, offset: float) -> list:
-    """RG, ROG (sigma-tuned), ROG (fixed) and the unregularized baselines SGDA, OG."""
+    """RG, ROG (sigma-tuned), ROG (fixed), the unregularized baselines SGDA, OG, and the
+    sigma-agnostic ROG (adaptive)."""
     base = me.base_schedule(step_max, offset)
     const = me.constant_schedule(step_max)
+    adaptive = me.adaptive_schedule(step_max, offset)
     return [
         me.Method("RG", False, tuple(base for _ in sigmas)),
         me.Method("ROG (sigma-tuned)", True, tuple(me.sigma_tuned_schedule(s, step_max, offset) for s in sigmas)),
         me.Method("ROG (fixed)", True, tuple(base for _ in sigmas)),
         me.Method("SGDA", False, tuple(const for _ in sigmas)),
         me.Method("OG", True, tuple(const for _ in sigmas)),
+        me.Method(ADAPTIVE, True, tuple(adaptive for _ in sigmas)),
     ]
 
 
-def extra_methods(step_max: float, offset: float) -> dict:
-    """``name -> Method`` for the comparison methods of :data:`EXTRA_SIGMAS`: RG on its own
-    sigma = 0 schedule (same sigma information as the sigma-tuned ROG) and OG with RG's decaying
-    step but no regularization."""
+def extra_methods(step_max: float, offset: float, horizon: int) -> dict:
+    """``name -> Method`` for the comparison methods of :func:`extra_sigmas`: RG on its own
+    sigma = 0 schedule (same sigma information as the sigma-tuned ROG), RG on the sigma-tuned
+    schedule (the schedule without optimism) and OG with RG's decaying step but no regularization."""
+    sig = extra_sigmas(horizon)
     low = me.rg_low_noise_schedule(step_max, offset)
     decaying = me.decaying_step_schedule(step_max, offset)
-    return {"RG (low-noise)": me.Method("RG (low-noise)", False, tuple(low for _ in EXTRA_SIGMAS["RG (low-noise)"])),
-            "OG (decaying)": me.Method("OG (decaying)", True, tuple(decaying for _ in EXTRA_SIGMAS["OG (decaying)"]))}
+    return {"RG (low-noise)": me.Method("RG (low-noise)", False, tuple(low for _ in sig["RG (low-noise)"])),
+            "RG (sigma-tuned)": me.Method("RG (sigma-tuned)", False,
+                                          tuple(me.sigma_tuned_schedule(s, step_max, offset) for s in sig["RG (sigma-tuned)"])),
+            "OG (decaying)": me.Method("OG (decaying)", True, tuple(decaying for _ in sig["OG (decaying)"]))}
 
 
 def cvxpy_gap_check(problem: pb.AffineVI, rng: np.random.Generator, num_points: int = NUM_CVXPY_POINTS) -> dict:
@@ -203,7 +241,7 @@ def run(config: Config) -> Result:
     """Run every experiment of the chapter for ``config``; deterministic given ``config.seed``."""
     c = config
     n, T, t0, cap = c.dimension, c.horizon, c.offset, c.step_max
-    sigmas = np.array(c.sigmas)
+    sigmas = np.array(c.grid)
     ckpt = me.checkpoint_times(T, c.checkpoints_per_decade)
     bilinear = pb.bilinear_game(n, make_rng(c.seed, 0))
     quad = pb.quadratic_game(n, c.strong_monotonicity, make_rng(c.seed, 1))
@@ -217,13 +255,14 @@ def run(config: Config) -> Result:
 
     # every ball problem advances in one vectorised loop (common random numbers across problems)
     methods = main_methods(sigmas, cap, t0)
-    extras = extra_methods(cap, t0)
+    extras = extra_methods(cap, t0, T)
+    extra_sig = extra_sigmas(T)
     arms_bilinear = [(m.optimistic, sch, float(s)) for m in methods for sch, s in zip(m.schedules, sigmas)]
     for name, method in extras.items():
-        arms_bilinear += [(method.optimistic, sch, float(s)) for sch, s in zip(method.schedules, EXTRA_SIGMAS[name])]
+        arms_bilinear += [(method.optimistic, sch, float(s)) for sch, s in zip(method.schedules, extra_sig[name])]
     warm_methods = [m for m in main_methods(WARM_SIGMAS, cap, t0) if m.name in WARM_METHODS]
     arms_warm = [(m.optimistic, sch, float(s)) for m in warm_methods for sch, s in zip(m.schedules, WARM_SIGMAS)]
-    strong_sigmas = sigmas[sigmas <= 1.0 + 1e-12]
+    strong_sigmas = np.array([s for s in c.sigmas if s <= 1.0 + 1e-12])  # the registry grid only
     strong_sched = me.strongly_monotone_schedule(c.strong_monotonicity, cap, t0)
     strong_methods = [me.Method("ROG", True, tuple(strong_sched for _ in strong_sigmas)),
                       me.Method("RG", False, tuple(strong_sched for _ in strong_sigmas))]
@@ -242,10 +281,11 @@ def run(config: Config) -> Result:
     K, R = ckpt.size, c.num_seeds
     n_main = len(methods) * sigmas.size
     main_gap = batch[0]["gap_sq"][:, :n_main].reshape(K, len(methods), sigmas.size, R)
+    sigma_hat = batch[0]["sigma_hat"][:n_main].reshape(len(methods), sigmas.size, R)[[m.name for m in methods].index(ADAPTIVE)]
     extra, pos = {}, n_main
     for name in extras:
-        k = len(EXTRA_SIGMAS[name])
-        extra[name] = {"sigmas": np.array(EXTRA_SIGMAS[name]), "gap_sq": batch[0]["gap_sq"][:, pos:pos + k]}  # (K, S, R)
+        k = len(extra_sig[name])
+        extra[name] = {"sigmas": np.array(extra_sig[name]), "gap_sq": batch[0]["gap_sq"][:, pos:pos + k]}  # (K, S, R)
         pos += k
     warm_out = {"methods": WARM_METHODS, "sigmas": np.array(WARM_SIGMAS),
                 "gap_sq": batch[1]["gap_sq"].reshape(K, len(WARM_METHODS), len(WARM_SIGMAS), R)}
@@ -291,6 +331,7 @@ def run(config: Config) -> Result:
         gap_sq=main_gap, seg_gap_sq=seg, strong_sigmas=strong_sigmas,
         strong_methods=tuple(m.name for m in strong_methods), strong_gap_sq=strong_gap,
         strong_restricted_sq=strong_res, other=other, extra=extra, warm=warm_out, lambda_sweep=lambda_sweep,
+        sigma_hat=sigma_hat,
         schedules={"base": me.base_schedule(cap, t0), "strong": strong_sched,
                    "tuned": {float(s): me.sigma_tuned_schedule(float(s), cap, t0) for s in sigmas}},
         symbolic=symbolic, exponents_table=rates.derived_exponents_table(), metrics={"cvxpy": cvx},
@@ -318,7 +359,7 @@ def _metrics(r: Result) -> dict:
     seg_slope = {float(s): rates.fit_loglog_slope(t, seg_mean[:, i], win) for i, s in enumerate(r.sigmas)}
     in_fit = (r.sigmas >= FIT_SIGMA_RANGE[0]) & (r.sigmas <= FIT_SIGMA_RANGE[1])
     fits = {m: rates.fit_two_term_rate(r.sigmas[in_fit], [final[(m, float(s))] for s in r.sigmas[in_fit]], c.horizon)
-            for m in ("ROG (sigma-tuned)", "ROG (fixed)", "RG")}
+            for m in ("ROG (sigma-tuned)", "ROG (fixed)", "RG", ADAPTIVE)}
     ratio = {float(s): final[("ROG (sigma-tuned)", float(s))] / final[("RG", float(s))] for s in r.sigmas}
     strong_mean = r.strong_gap_sq.mean(axis=-1)  # (K, methods, sigmas)
     strong_res_mean = r.strong_restricted_sq.mean(axis=-1)

@@ -85,6 +85,9 @@ class AffineVI:
             sq = np.einsum("...i,...i->...", parts, parts)[..., None]
             shrink = np.where(sq > self.radius**2, self.radius / np.sqrt(np.maximum(sq, 1e-300)), 1.0)
             return (parts * shrink).reshape(z.shape)
+        if self.domain == "simplex" and len(sizes) == 1:  # equal simplices: one sort for all blocks
+            parts = z.reshape(z.shape[:-1] + (len(self.blocks), sizes.pop()))
+            return project_simplex(parts).reshape(z.shape)
         out = np.empty_like(z)
         for a, b in self.blocks:
             part = z[..., a:b]
@@ -138,13 +141,13 @@ def project_simplex(z: np.ndarray) -> np.ndarray:
     n = z.shape[-1]
     u = -np.sort(-z, axis=-1)  # descending
     css = np.cumsum(u, axis=-1) - 1.0
-    k = np.arange(1, n + 1)
-    rho = np.sum(u - css / k > 0, axis=-1, keepdims=True)  # number of positive entries
-    theta = np.take_along_axis(css, rho - 1, axis=-1) / rho
+    # the threshold theta solves sum_i max(z_i - theta, 0) = 1; every k gives
+    # (u_1 + ... + u_k - 1) / k <= theta, with equality at the number of positive entries
+    theta = np.max(css / np.arange(1, n + 1), axis=-1, keepdims=True)
     return np.maximum(z - theta, 0.0)
 
 
-def ball_trust_region(S: np.ndarray, c: np.ndarray, radius: float, iterations: int = 200) -> np.ndarray:
+def ball_trust_region(S: np.ndarray, c: np.ndarray, radius: float, iterations: int = 100) -> np.ndarray:
     """``max_{||y|| <= R} -y^T S y + c^T y`` for PSD ``S`` (m, m) and ``c`` (..., m); shape (...,).
 
     The maximiser is ``y(nu) = (2S + 2 nu I)^{-1} c`` with the smallest ``nu >= 0`` such that

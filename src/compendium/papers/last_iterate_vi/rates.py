@@ -79,7 +79,8 @@ def crossover_times() -> dict:
         "regularization": sp.Eq(sigma ** sp.Rational(2, 5) * t ** sp.Rational(-1, 5), t ** sp.Rational(-1, 2)),
         "rate": sp.Eq(sigma ** sp.Rational(4, 5) * t ** sp.Rational(-2, 5), 1 / t),
     }
-    return {k: sp.simplify(sp.solve(e, t)[0]) for k, e in eqs.items()}
+    # on logarithms (t, sigma > 0) each equation is linear in log t: one real root, found fast
+    return {k: sp.simplify(sp.solve(sp.log(e.lhs) - sp.log(e.rhs), t)[0]) for k, e in eqs.items()}
 
 
 @lru_cache(maxsize=None)  # pure and exact: computed once per process
