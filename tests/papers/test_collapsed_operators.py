@@ -1,6 +1,7 @@
 """Tests for compendium.papers.collapsed_operators: shapes, properties, references, tiny run."""
 
 import dataclasses
+import types
 from itertools import combinations
 
 import numpy as np
@@ -265,6 +266,8 @@ def test_tiny_run_is_deterministic():
         a, b = getattr(first, field.name), getattr(second, field.name)
         if isinstance(a, np.ndarray):
             assert np.array_equal(a, b), field.name
+        elif field.name == "tuning":
+            assert a["tuned_c"] == b["tuned_c"] and a["tuned_w"] == b["tuned_w"] and a["own_c"] == b["own_c"]
         elif field.name == "tuned":
             for regime in a:
                 assert a[regime]["tuned_c"] == b[regime]["tuned_c"] and a[regime]["tuned_w"] == b[regime]["tuned_w"]
@@ -307,6 +310,10 @@ def test_tuned_comparison_scores_the_main_planted_complexes_and_estimates_are_pa
     np.testing.assert_array_equal(planted["ari"]["L0"], result.ari["L0"])  # test stream = the main complexes
     np.testing.assert_array_equal(planted["ari"]["collapsed S (c)"], result.ari["collapsed S"])
     assert planted["tuned_c"] in paper.COUPLING_GRID and planted["tuned_w"] in paper.FUSION_GRID
+    # one c and one w for both regimes, picked on the pooled dev split
+    assert result.tuned["graph"]["tuned_c"] == planted["tuned_c"] == result.tuning["tuned_c"]
+    assert result.tuned["graph"]["tuned_w"] == planted["tuned_w"] == result.tuning["tuned_w"]
+    assert result.tuning["c_interior"] == paper.is_interior(planted["tuned_c"], paper.COUPLING_GRID)
     assert set(planted["ari"]) == set(paper.TUNED_METHODS)
     est = paper.ledger_estimates(result)
     gain = est["clustering_gain"]
@@ -315,3 +322,27 @@ def test_tuned_comparison_scores_the_main_planted_complexes_and_estimates_are_pa
     assert np.isclose(gain.point, np.mean(result.ari["collapsed S"] - result.ari["L0"]))
     graph = result.tuned["graph"]["ari"]
     assert np.isclose(est["graph_triangle_only"].point, np.mean(graph["triangle only"] - graph["L0"]))
+
+
+def test_single_c_is_picked_on_the_pooled_dev_split_and_interior_is_strict():
+    grid = (0.1, 1.0, 10.0)
+    assert not paper.is_interior(0.1, grid) and paper.is_interior(1.0, grid) and not paper.is_interior(10.0, grid)
+    planted = {("S", 0.1): np.array([0.9, 0.9]), ("S", 1.0): np.array([0.8, 0.8]), ("S", 10.0): np.array([0.2, 0.2])}
+    graph = {("S", 0.1): np.array([0.0, 0.0]), ("S", 1.0): np.array([0.7, 0.7]), ("S", 10.0): np.array([0.9, 0.9])}
+    # each regime alone picks an end; pooled, the interior value wins
+    assert paper.select(planted, "S", grid) == 0.1 and paper.select(graph, "S", grid) == 10.0
+    assert paper.select(paper.baselines.pooled([planted, graph]), "S", grid) == 1.0
+
+
+def test_grid_ends_fail_the_single_c_claim_on_a_crafted_result():
+    """The far end (S ~ L0) passes the graph half trivially but not the planted half; the near end the reverse."""
+    grid = paper.COUPLING_GRID
+    rng = np.random.default_rng(0)
+    l0_p, l0_g = rng.uniform(0.1, 0.2, 20), rng.uniform(0.85, 0.95, 20)
+    sweep_p = {c: l0_p + (0.6 if c < grid[-1] else 0.0) + rng.normal(0, 0.01, 20) for c in grid}
+    sweep_g = {c: l0_g - (0.5 if c == grid[0] else 0.0) + rng.normal(0, 0.01, 20) for c in grid}
+    fake = types.SimpleNamespace(tuned={"planted": {"sweep": sweep_p, "ari": {"L0": l0_p}}, "graph": {"sweep": sweep_g, "ari": {"L0": l0_g}}})
+    far, near, mid = (paper.one_c_serves_both(fake, c) for c in (grid[-1], grid[0], grid[2]))
+    assert far["graph_verdict"] == "pass" and far["planted_verdict"] != "pass" and not far["passes"]
+    assert near["planted_verdict"] == "pass" and near["graph_verdict"] == "fail" and not near["passes"]
+    assert mid["passes"]

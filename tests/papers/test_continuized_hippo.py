@@ -207,8 +207,13 @@ def test_tiny_run_is_deterministic():
             assert all(np.array_equal(u, v) for u, v in zip(a, b))
         elif isinstance(a, np.ndarray):
             assert np.array_equal(a, b), field.name
+        elif field.name == "secular":
+            assert a.keys() == b.keys()
+            for k in a:
+                assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])) if isinstance(a[k], np.ndarray) else a[k] == b[k], k
         else:
             assert a == b, field.name
+    assert first.secular["eigh_error"] < 1e-12 and first.secular["remainder_ratio"].shape == (2,)
     assert first.skew_eigenvalues.shape == (3, 2)
     assert first.second_order_ratio.shape == (3, 2)
     assert first.kernel_discrete.shape == (3, first.taus.size)
@@ -289,3 +294,24 @@ def test_wrong_candidates_leave_nonzero_residuals():
     assert sympy.simplify(paper.continuum_impulse_residual(argument_scale=1)) != 0
     assert sympy.simplify(paper.scalar_kernel_residual(target_scale=1)) != 0
     assert sympy.simplify(paper.eigenfunction_residual(eigenvalue_sign=-1)) != 0
+
+
+def test_secular_equation_gap_and_its_wrong_offset_control():
+    orders = (16, 32)
+    omega = np.array([paper.skew_eigenvalues(n, 2) for n in orders])
+    assert paper.secular_eigh_error(orders, omega) < 1e-12
+    assert paper.secular_eigh_error(orders, omega, offset=0.0) > 1e-3
+
+
+def test_secular_wrong_remainder_target_leaves_a_residual():
+    a_res, b_res = paper.secular_two_term_residual(drop_linear_remainder=True)
+    assert a_res == 0 and b_res != 0
+
+
+def test_secular_remainder_slope_is_minus_two_for_a_right_constant_and_flat_when_off():
+    orders = np.array(paper.SECULAR_ORDERS, dtype=float)
+    ratios = np.stack([-0.5 / orders**2, -3.0 / orders**2], axis=1)  # gap falling like N^-2 in both modes
+    assert abs(paper.secular_remainder_slope(ratios) + 2.0) < 1e-9
+    assert paper.secular_remainder_slope(ratios, scale=1.01) > -0.1
+    # one true root: the relative gap at N = 64, mode 0, is small and negative (the N^-4 term is negative)
+    assert -1e-3 < paper.secular_remainder_ratio(64, 0) < 0

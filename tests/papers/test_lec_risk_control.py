@@ -236,6 +236,9 @@ def test_tiny_run_is_deterministic():
         pd.testing.assert_frame_equal(getattr(first, name), getattr(second, name))
     assert len(first.oracle) == 4 * 2 and first.oracle.retention.between(0, 1).all()
     assert (first.power.gain_ltt_se >= 0).all() and (first.routing.gain_se >= 0).all()
+    # LEC's threshold never exceeds the symmetric one on the same draw, so it never retains more
+    assert (first.power.max_gain_star <= 1e-12).all() and (first.power.gain_star <= 1e-12).all()
+    assert first.power.retention_star.between(0, 1).all() and (first.power.ltt_star_se >= 0).all()
     assert first.unit_checks == second.unit_checks and all(first.unit_checks.values())
     assert len(first.cells) == 4 * 2 * 1 * len(paper.METHODS)  # sources x n x alpha x methods
     assert set(first.cells.source) == {"gauss-2", "digits", "breast_cancer", "wine"}
@@ -310,3 +313,15 @@ def test_majority_share_digits():
     assert 0.1 < share < 0.11  # ten nearly balanced classes
     with pytest.raises(ValueError):
         paper.majority_share("mnist")
+
+
+def test_lec_threshold_never_exceeds_the_symmetric_threshold():
+    """The test point adds at most 1 - alpha to the sum, which LEC's slack already pays: lambda_hat <= lambda*."""
+    rng = np.random.default_rng(7)
+    for ties in (False, True):
+        for alpha in (0.05, 0.1, 0.3):
+            u = rng.integers(0, 6, (200, 31)).astype(float) if ties else rng.standard_normal((200, 31))
+            e = (rng.random((200, 31)) < 0.25).astype(int)
+            lam_hat = paper.lec_thresholds(paper.sort_calibration(u[:, :-1], e[:, :-1]), alpha)
+            lam_star = paper.lec_thresholds(paper.sort_calibration(u, e), alpha, slack=0.0)
+            assert np.all(lam_hat <= lam_star)

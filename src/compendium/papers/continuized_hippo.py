@@ -56,8 +56,8 @@ Small-scale deviations
   dense matrix similar to the highly non-normal ``A``.
 - Sizes: ``N <= 512`` at smoke scale, ``N <= 2048`` at full scale; the sympy proofs use
   ``N <= symbolic_order`` (5 at smoke, 12 at full). The second-order eigenvalue check uses ``N <= 1024`` (beyond, the
-  O(N^-2) remainder is below the round-off of ``eigvalsh``) and the modes ``m <= 3``, for which
-  reference constants of the remainder are known.
+  O(N^-2) remainder is below the round-off of ``eigvalsh``) and the modes ``m <= 3``; beyond
+  ``N = 1024`` the secular equation (in mpmath) takes over from the eigensolver.
 - No training: the optional LSSL layer experiment of the research card is not run.
 """
 
@@ -144,6 +144,13 @@ class Result:
     operator_error : (K,) ``max_n |(A/N^2) b - K b|`` on the grid, ``K b`` by quadrature.
     slopes : dict, log-log slopes vs N ('impulse', 'kernel', 'operator', 'eigen_leading').
     symbolic : dict of sympy residuals that vanish when the identities hold.
+    secular : dict, the secular equation: ``eigh_error`` (largest relative gap to ``eigvalsh``
+        over the orders ``<= 1024`` and modes ``m <= 3``), ``wrong_offset_error`` (the same with
+        ``n`` for ``n + 1/2``, smallest order only), ``remainder_slope`` (:func:`secular_remainder_slope`) and
+        ``remainder_slope_wrong`` (its control, constants 1% off), ``remainder_ratio`` (M4,) the
+        relative gap to ``c^3/90 + c/12`` at the largest of :data:`SECULAR_ORDERS`, and
+        ``expansion`` / ``expansion_wrong`` (sympy residual pairs of
+        :func:`secular_two_term_residual`).
     """
 
     orders: np.ndarray
@@ -166,6 +173,7 @@ class Result:
     richardson_orders: tuple
     law_slopes: dict
     control_slopes: dict
+    secular: dict
 
 
 def _check_order(order: int) -> None:
@@ -278,25 +286,72 @@ def skew_eigenvalues(order: int, num_modes: int) -> np.ndarray:
     return omega[::-1].copy()  # descending: omega_0 > omega_1 > ...
 
 
-def secular_omega(order: int, mode: int, dps: int = 30) -> float:
+def secular_omega(order: int, mode: int, dps: int = 30, offset: float = 0.5) -> float:
     """``omega_m(N)`` from the secular equation ``sum_{n<N} arctan((n + 1/2)/omega) = (2m+1) pi/2``.
 
     Partial sums of ``w = D v`` obey ``Y_{n+1}/Y_n = (i omega - n - 1/2)/(i omega + n + 1/2)`` with
     ``Y_N = -Y_0``; the phase condition is the equation above. Expanding the arctan in
     ``1/omega`` gives ``omega_m = N^2/c_m - c_m/6 + (c_m^3/90 + c_m/12)/N^2 + O(N^-4)``.
-    Solved with mpmath ``findroot`` from the two-term law.
+    Solved with mpmath ``findroot`` from the two-term law. ``offset`` replaces the ``1/2`` of
+    ``n + 1/2`` (the wrong value 0 is the control of :func:`secular_eigh_error`).
     """
     import mpmath
 
     _check_order(order)
     with mpmath.workdps(dps):
+        return float(_secular_root(order, mode, mpmath.mpf(offset) if offset != 0.5 else mpmath.mpf(1) / 2))
+
+
+def _secular_root(order: int, mode: int, half):
+    """The mpmath root of the secular equation at the current working precision."""
+    import mpmath
+
+    c = (2 * mode + 1) * mpmath.pi
+
+    def f(w):
+        return mpmath.fsum(mpmath.atan((n + half) / w) for n in range(order)) - c / 2
+
+    return mpmath.findroot(f, order**2 / c - c / 6)
+
+
+def secular_eigh_error(orders, omega, *, offset: float = 0.5) -> float:
+    """Largest relative gap ``|omega_sec - omega_eigh| / omega_eigh`` over ``orders`` (K,) and the
+    modes of ``omega`` (K, M): the secular equation against the eigensolver (no asymptotics)."""
+    omega = np.asarray(omega, dtype=float)
+    gaps = [abs(secular_omega(int(N), m, offset=offset) - omega[k, m]) / omega[k, m]
+            for k, N in enumerate(orders) for m in range(omega.shape[1])]
+    return float(max(gaps))
+
+
+SECULAR_ORDERS = (64, 128, 256, 512, 1024)  # the secular equation in 40 digits, beyond eigvalsh round-off
+
+
+def secular_remainder_ratio(order: int, mode: int, *, scale: float = 1.0, dps: int = 40) -> float:
+    """``N^2 (omega_m - N^2/c_m + c_m/6) / (scale (c_m^3/90 + c_m/12)) - 1`` with ``omega_m`` from the
+    secular equation in ``dps`` digits (no eigensolver). Falls like ``N^-2`` when the derived
+    remainder constant is right (``scale = 1``) and levels off otherwise."""
+    import mpmath
+
+    _check_order(order)
+    with mpmath.workdps(dps):
         c = (2 * mode + 1) * mpmath.pi
-        half = mpmath.mpf(1) / 2
+        w = _secular_root(order, mode, mpmath.mpf(1) / 2)
+        scaled = mpmath.mpf(order) ** 2 * (w - mpmath.mpf(order) ** 2 / c + c / 6)
+        return float(scaled / (mpmath.mpf(scale) * (c**3 / 90 + c / 12)) - 1)
 
-        def f(w):
-            return mpmath.fsum(mpmath.atan((n + half) / w) for n in range(order)) - c / 2
 
-        return float(mpmath.findroot(f, order**2 / c - c / 6))
+def secular_remainder_ratios(modes: int) -> np.ndarray:
+    """(len(SECULAR_ORDERS), modes) array of :func:`secular_remainder_ratio` (``scale = 1``)."""
+    return np.array([[secular_remainder_ratio(int(N), m) for m in range(modes)] for N in SECULAR_ORDERS])
+
+
+def secular_remainder_slope(ratios, *, scale: float = 1.0) -> float:
+    """Worst (closest to 0) log-log slope over the modes of the relative gap to ``scale (c^3/90 + c/12)``,
+    from ``ratios`` of :func:`secular_remainder_ratios`: ``-2`` when the third term is right, about 0
+    when the constant is off by a fixed factor."""
+    gaps = np.abs((1.0 + np.asarray(ratios, dtype=float)) / scale - 1.0)
+    orders = np.array(SECULAR_ORDERS)
+    return float(max(loglog_slope(orders, gaps[:, m]) for m in range(gaps.shape[1])))
 
 
 def richardson_predicted_deviation(order: int, mode: int, probe: int = 1024) -> float:
@@ -569,6 +624,16 @@ def run(config: Config) -> Result:
         "scalar_kernel": scalar_kernel_residual(),
         "eigenfunction": eigenfunction_residual(),
     }
+    ratios = secular_remainder_ratios(checked)
+    secular = {
+        "eigh_error": secular_eigh_error(orders[below], omega[below, :checked]),
+        "wrong_offset_error": secular_eigh_error(orders[:1], omega[:1, :checked], offset=0.0),  # smallest order suffices
+        "remainder_slope": secular_remainder_slope(ratios),
+        "remainder_slope_wrong": secular_remainder_slope(ratios, scale=1.01),
+        "remainder_ratio": ratios[-1],
+        "expansion": secular_two_term_residual(),
+        "expansion_wrong": secular_two_term_residual(drop_linear_remainder=True),
+    }
     return Result(
         orders=orders,
         skew_eigenvalues=omega,
@@ -590,13 +655,17 @@ def run(config: Config) -> Result:
         richardson_orders=richardson[0][1],
         law_slopes=law_slopes,
         control_slopes=control_slopes,
+        secular=secular,
     )
 
 
-def secular_two_term_residual():
+def secular_two_term_residual(drop_linear_remainder: bool = False):
     """sympy: with ``omega = N^2/c + a + b/N^2``, the secular equation's arctan series
     (terms to ``omega^-5``, power sums of ``n + 1/2`` in closed form) vanishes to ``O(N^-4)``
-    exactly when ``a = -c/6`` and ``b = c^3/90 + c/12``. Returns the residual solution (0, 0)."""
+    exactly when ``a = -c/6`` and ``b = c^3/90 + c/12``. Returns the residual solution (0, 0).
+
+    ``drop_linear_remainder=True`` compares with the wrong target ``b = c^3/90`` (the control:
+    its residual does not vanish)."""
     import sympy as sp
 
     N, c, n, eps = sp.symbols("N c n epsilon", positive=True)
@@ -607,4 +676,5 @@ def secular_two_term_residual():
     expr = sp.expand(sp.series((total - c / 2).subs(N, 1 / eps), eps, 0, 5).removeO())
     eqs = [sp.simplify(expr.coeff(eps, k)) for k in (2, 4)]
     sol = sp.solve(eqs, [a, b], dict=True)[0]
-    return sp.simplify(sol[a] + c / 6), sp.simplify(sol[b] - (c**3 / 90 + c / 12))
+    target_b = c**3 / 90 + (0 if drop_linear_remainder else c / 12)
+    return sp.simplify(sol[a] + c / 6), sp.simplify(sol[b] - target_b)

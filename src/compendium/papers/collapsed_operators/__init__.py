@@ -35,7 +35,8 @@ Uses (``tasks.py``): spectral clustering (k-means on row-normalised lowest eigen
 smoothing ``(I + tau A)^{-1} y`` at equal effective degrees of freedom ``tr((I + tau A)^{-1})``, and a
 one-sided sign test. Tuned baselines (``baselines.py``): ``c`` of S and the weight ``w`` of the
 fusion ``L0 + w L_tri`` picked by one rule on a dev split, the triangle-only operator ``L_tri``, and a
-regime where the graph, not the triangles, carries the communities. Sympy proofs: ``symbolic.py``.
+regime where the graph, not the triangles, carries the communities; one ``c`` serves both regimes,
+picked on a dev split that mixes them, and must lie strictly inside its grid. Sympy proofs: ``symbolic.py``.
 The experiment and the ledger's interval estimates: ``experiment.py``.
 
 Small-scale deviations
@@ -67,9 +68,11 @@ from .experiment import (
     EPS_LIMIT,
     METHODS,
     SPECTRUM_EPS,
+    NONINFERIORITY_MARGIN,
     Config,
     Result,
     exact_checks,
+    one_c_serves_both,
     signed_edge_fill,
     ledger_estimates,
     operators_for,
@@ -99,5 +102,5 @@ from .symbolic import (
     schur_psd_witness_residual,
     woodbury_residual,
 )
-from .baselines import COUPLING_GRID, FUSION_GRID, TUNED_METHODS, candidate_operators, select, tuned_comparison
+from .baselines import COUPLING_GRID, FUSION_GRID, STREAMS, TUNED_METHODS, candidate_operators, is_interior, select, tuned_comparison
 from .tasks import effective_dof, sign_test, spectral_clustering, spectral_embedding, tau_for_dof, tikhonov_smooth

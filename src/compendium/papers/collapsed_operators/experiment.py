@@ -19,7 +19,7 @@ from .operators import (
     normalized_laplacian,
     triangle_expansion_laplacian,
 )
-from .baselines import tuned_comparison
+from .baselines import COUPLING_GRID, STREAMS, tuned_comparison
 from .tasks import sign_test, spectral_clustering, tau_for_dof, tikhonov_smooth
 from ...validation import require_int as _require_int, require_number as _require_number
 
@@ -118,8 +118,11 @@ class Result:
     example_complex, example_labels, example_clusters : the first planted complex, its communities
         and the clusters found by each method (for the drawing).
     pitfall : dict of numbers showing the trivial collapse and the orientation dependence.
-    tuned : dict regime ('planted', 'graph') -> :func:`baselines.tuned_comparison` output (dev-tuned
-        c and fusion weight, the triangle-only operator and the c sweep, on test complexes).
+    tuned : dict regime ('planted', 'graph') -> :func:`baselines.score_regime` output (the single
+        dev-tuned c and fusion weight, the triangle-only operator and the c sweep, on test complexes).
+    tuning : the single picks on the mixed dev split (:func:`baselines.tuned_comparison` without
+        the regimes: ``tuned_c``, ``tuned_w``, ``c_interior``, ``w_interior``, ``dev_means``,
+        ``own_c``, ``own_w``).
     """
 
     symbolic: dict
@@ -145,6 +148,7 @@ class Result:
     example_clusters: dict
     pitfall: dict
     tuned: dict
+    tuning: dict
 
 
 def random_complex(index: int, max_vertices: int, rng: np.random.Generator) -> tuple[str, SimplicialComplex]:
@@ -327,6 +331,7 @@ def _run(config: Config) -> Result:
     for eps, s in zip(SPECTRUM_EPS, collapsed_family(op0, SPECTRUM_EPS)):
         spectrum[eps] = np.linalg.eigvalsh(s)
     arr = lambda d: {k: np.array(v) for k, v in d.items()}  # noqa: E731
+    tuned = tuned_comparison(config)
     return Result(
         symbolic=sym,
         complex_kind=np.array(kinds),
@@ -351,7 +356,8 @@ def _run(config: Config) -> Result:
         example_clusters=clusters0,
         pitfall=pitfall_numbers(cx0, config.coupling_cost, make_rng(config.seed, 5)),
         # planted test stream 2 = the complexes above; dev streams 6 and 7, graph-regime test stream 8
-        tuned={"planted": tuned_comparison("planted", config, 6, 2), "graph": tuned_comparison("graph", config, 7, 8)},
+        tuned={r: tuned[r] for r in STREAMS},
+        tuning={k: v for k, v in tuned.items() if k not in STREAMS},
     )
 
 
@@ -362,8 +368,9 @@ def ledger_estimates(result: Result) -> dict:
     misaligned triangles), ``smoothing_gain`` (MSE(L0) - MSE(S)), ``misaligned_smoothing``
     (mean relative MSE change of S over L0, misaligned), ``vs_tuned_fusion`` (ARI(S, tuned c) -
     ARI(fusion, tuned w), planted), ``vs_triangle_only`` (ARI(S, tuned c) - ARI(L_tri), planted),
-    ``graph_regime`` (ARI(S, tuned c) - ARI(L0), graph regime) and ``graph_triangle_only``
-    (ARI(L_tri) - ARI(L0), graph regime).
+    ``graph_regime`` (ARI(S, tuned c) - ARI(L0), graph regime), ``graph_triangle_only``
+    (ARI(L_tri) - ARI(L0), graph regime) and ``planted_single_c`` (ARI(S, tuned c) - ARI(L0),
+    planted). ``c`` is the single value picked on the mixed dev split.
     """
     unit = "test complexes"
     pd = lambda a, b: paired_difference(a, b, unit=unit)  # noqa: E731
@@ -378,7 +385,33 @@ def ledger_estimates(result: Result) -> dict:
         "vs_triangle_only": pd(planted["collapsed S (tuned c)"], planted["triangle only"]),
         "graph_regime": pd(graph["collapsed S (tuned c)"], graph["L0"]),
         "graph_triangle_only": pd(graph["triangle only"], graph["L0"]),
+        "planted_single_c": pd(planted["collapsed S (tuned c)"], planted["L0"]),
     }
+
+
+NONINFERIORITY_MARGIN = 0.05  # ARI: graph-regime-preserved's margin (fixed with the first tuned design)
+
+
+def one_c_serves_both(result: Result, c: float) -> dict:
+    """Whether ``S`` at coupling ``c`` passes both halves of the single-c claim on the test complexes.
+
+    The halves are the ledger's tests: the planted gain ARI(S) - ARI(L0) with its whole 95%
+    interval above 0, and the graph regime's ARI(S) - ARI(L0) with its whole interval above
+    ``-NONINFERIORITY_MARGIN``. The far end of :data:`COUPLING_GRID` (S close to L0) passes the
+    second trivially and must fail the first; its near end must fail the second.
+
+    Returns a dict with ``c``, ``planted_gain`` and ``graph_change`` (paired estimates), their
+    verdicts ``planted_verdict`` and ``graph_verdict``, and ``passes`` (both 'pass').
+    """
+    from ...claims import at_least, greater_than
+
+    unit = "test complexes"
+    planted, graph = result.tuned["planted"], result.tuned["graph"]
+    gain = paired_difference(planted["sweep"][c], planted["ari"]["L0"], unit=unit)
+    change = paired_difference(graph["sweep"][c], graph["ari"]["L0"], unit=unit)
+    pv, gv = greater_than(0.0).decide(gain), at_least(-NONINFERIORITY_MARGIN).decide(change)
+    return {"c": float(c), "planted_gain": gain, "graph_change": change, "planted_verdict": pv, "graph_verdict": gv,
+            "passes": pv == "pass" and gv == "pass"}
 
 
 def _ari(truth, found) -> float:
@@ -387,5 +420,5 @@ def _ari(truth, found) -> float:
     return float(adjusted_rand_score(truth, found))
 
 
-__all__ = ["Config", "Result", "run", "ledger_estimates", "exact_checks", "random_complex", "operators_for", "smoothing_mse",
+__all__ = ["Config", "Result", "run", "ledger_estimates", "one_c_serves_both", "NONINFERIORITY_MARGIN", "COUPLING_GRID", "exact_checks", "random_complex", "operators_for", "smoothing_mse",
            "pitfall_numbers", "sign_test", "EPS_GRID", "EPS_LIMIT", "METHODS", "SPECTRUM_EPS"]

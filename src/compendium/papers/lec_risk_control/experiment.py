@@ -104,7 +104,10 @@ class Result:
         ``pooled - alpha - 3 SE``, mean retention, PAC fraction (splits with risk <= alpha), share of
         splits that accept nothing.
     power : DataFrame, one row per (source, n, alpha): LEC vs CP-UCB paired retention, sign test,
-        and the paired per-draw retention gain of LEC over LTT-FS (``gain_ltt``, its SE ``gain_ltt_se``).
+        and the paired per-draw retention gain of LEC over LTT-FS (``gain_ltt``, its SE ``gain_ltt_se``);
+        the population retention of the symmetric threshold ``lambda*`` (``retention_star``, valid for
+        the same pooled target), LEC minus it per draw (``gain_star``, ``gain_star_se``, its largest
+        draw ``max_gain_star``) and LTT-FS minus it (``ltt_star``, ``ltt_star_se``).
     oracle : DataFrame, one row per (source, n, alpha): the symmetric threshold computed with the
         test point (a valid rule by exchangeability), scored on that realised test point: pooled
         risk, SE, excess ``pooled - alpha - 3 SE``.
@@ -283,8 +286,11 @@ def run(config: Config) -> Result:
             # positive control: one test point per draw, the symmetric threshold computed with it
             u_test, e_test = source.sample(make_rng(config.seed, 200 + si, ni), config.num_splits, 1)
             cal_all = th.sort_calibration(np.concatenate([u, u_test], 1), np.concatenate([e, e_test], 1))
+            star_retention = {}  # population acceptance of the symmetric threshold, per draw (paired with the rules)
             for alpha in config.alphas:
-                accepted = (u_test[:, 0] <= th.lec_thresholds(cal_all, alpha, slack=0.0)).astype(float)
+                lam_star = th.lec_thresholds(cal_all, alpha, slack=0.0)
+                star_retention[alpha] = np.asarray(source.accept_probability(lam_star), float)
+                accepted = (u_test[:, 0] <= lam_star).astype(float)
                 ratio, se, excess = scored(*pooled_risk(accepted * e_test[:, 0], accepted), int(accepted.sum()), alpha)
                 oracle_rows.append(dict(source=source.name, n=n, alpha=alpha, pooled_risk=ratio, risk_se=se,
                                         excess=excess, retention=float(accepted.mean()), accepting=int(accepted.sum())))
@@ -301,11 +307,17 @@ def run(config: Config) -> Result:
                         none_accepted=float(np.mean(acc == 0))))
                 wins, losses, ties, p = sign_test(retention["LEC"], retention["CP-UCB"])
                 d_ltt = retention["LEC"] - retention["LTT-FS"]
+                d_star = retention["LEC"] - star_retention[alpha]  # <= 0 in every draw: LEC's threshold <= lambda*
+                d_ltt_star = retention["LTT-FS"] - star_retention[alpha]
                 power_rows.append(dict(source=source.name, n=n, alpha=alpha, wins=wins, losses=losses, ties=ties,
                                        p_value=p, retention_lec=float(retention["LEC"].mean()),
                                        retention_cp=float(retention["CP-UCB"].mean()),
                                        retention_ltt=float(retention["LTT-FS"].mean()), gain_ltt=float(d_ltt.mean()),
-                                       gain_ltt_se=float(d_ltt.std(ddof=1) / np.sqrt(d_ltt.size))))
+                                       gain_ltt_se=float(d_ltt.std(ddof=1) / np.sqrt(d_ltt.size)),
+                                       retention_star=float(star_retention[alpha].mean()), gain_star=float(d_star.mean()),
+                                       gain_star_se=float(d_star.std(ddof=1) / np.sqrt(d_star.size)),
+                                       max_gain_star=float(d_star.max()), ltt_star=float(d_ltt_star.mean()),
+                                       ltt_star_se=float(d_ltt_star.std(ddof=1) / np.sqrt(d_ltt_star.size))))
 
     routing_rows, routing_lams = [], {}
     for ni, n in enumerate(config.cal_sizes):
