@@ -243,19 +243,6 @@ def test_learners_have_nonnegative_pseudo_regret():
     assert regret.shape == (2, 30) and regret.min() >= -1e-12
 
 
-def test_blocked_policy_evaluation_equals_one_episode_at_a_time(monkeypatch):
-    rng = make_rng(12)
-    mdp = paper.random_mdp(2, 3, 2, 3, rng)
-    lin = paper.linear_mdp(2, 5, 2, 2, 3, rng)
-    runs = {}
-    for block in (1, paper.agents.EVALUATION_BLOCK):
-        monkeypatch.setattr(paper.agents, "EVALUATION_BLOCK", block)
-        runs[block] = (paper.tabular_regret(mdp, 37, np.array([0.05, 0.0]), 1.0, 1.0, 0.1, make_rng(3)),
-                       paper.linear_regret(lin, 37, 0.05, 1.0, 0.1, make_rng(4)))  # 37: a short last block
-    for one, blocked in zip(runs[1], runs[paper.agents.EVALUATION_BLOCK]):
-        np.testing.assert_allclose(blocked, one, rtol=0, atol=1e-13)
-
-
 def test_config_rejects_bad_values():
     for bad in (dict(beta=0.0), dict(temperature=-1.0), dict(num_seeds=1), dict(perturbation=1.5),
                 dict(num_episodes=10), dict(horizon=2.5), dict(bonus_scale=-0.1), dict(seed=-1)):

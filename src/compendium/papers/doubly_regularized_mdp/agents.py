@@ -17,43 +17,6 @@ from .environments import LinearMDP, TabularMDP
 from .operators import dr_backward, rectangular_continuation, tabular_continuation
 
 CONFIDENCE = 0.05  # delta in iota_k = log(S A H k / delta), fixed with the bonus constant
-EVALUATION_BLOCK = 16  # episodes whose policies are evaluated together, in one batched backward pass
-
-
-class _BlockEvaluator:
-    """Exact values of the learner's policies, ``block`` episodes at a time.
-
-    The policy of episode ``k`` does not depend on its own regret, so the evaluations can wait and
-    run as one backward pass over ``block`` copies of the true model (the per-call overhead of NumPy
-    on these small arrays dominates a single evaluation). ``tiled_continuation`` is the true model's
-    continuation for ``block * R`` runs, copy-major (run ``b * R + r`` is copy ``b`` of run ``r``).
-    """
-
-    def __init__(self, tiled_continuation, reward, horizon: int, temperature: float, v_star, regret, block: int):
-        R, S, A = reward.shape
-        self.continuation, self.horizon, self.temperature = tiled_continuation, horizon, temperature
-        self.reward = np.concatenate([reward] * block)
-        self.pi_ref = np.full((block * R, S, A), 1.0 / A)
-        self.v_star, self.regret, self.block, self.pending, self.start = v_star, regret, block, [], 0
-
-    def add(self, pis: np.ndarray) -> None:
-        """Queue the policies ``(H, R, S, A)`` of the next episode; evaluate when a block is full."""
-        self.pending.append(pis)
-        if len(self.pending) == self.block:
-            self.flush()
-
-    def flush(self) -> None:
-        """Evaluate the queued episodes (a short last block is padded with its last policy)."""
-        count = len(self.pending)
-        if count == 0:
-            return
-        padded = self.pending + [self.pending[-1]] * (self.block - count)
-        _, v = dr_backward(self.continuation, self.reward, self.horizon, self.pi_ref, self.temperature,
-                           policies=np.concatenate(padded, axis=1))
-        values = v[0][:, 0].reshape(self.block, -1)[:count].T  # (R, count)
-        self.regret[:, self.start:self.start + count] = self.v_star[:, None] - values
-        self.start += count
-        self.pending = []
 
 
 def _sample(probabilities: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
@@ -138,15 +101,13 @@ def tabular_regret(mdp: TabularMDP, num_episodes: int, bonus_scale, plan_beta, e
     scale = np.broadcast_to(np.asarray(bonus_scale, float), (R,))[:, None, None]
     pi_ref = np.full((R, S, A), 1.0 / A)
     caps = [float(H - h) for h in range(H)]
+    true_continuation = tabular_continuation(P, eval_beta)
     v_star = optimal_start_value(mdp, eval_beta, temperature)
     counts = np.zeros((R, S, A))
     transitions = np.zeros((R, S, A, S))
     kernel_cdf = np.cumsum(P, axis=-1)
     reward_sum = np.zeros((R, S, A))
     regret = np.empty((R, num_episodes))
-    block = min(EVALUATION_BLOCK, num_episodes)
-    evaluator = _BlockEvaluator(tabular_continuation(np.concatenate([P] * block), eval_beta), r, H, temperature,
-                                v_star, regret, block)
     for k in range(num_episodes):
         n = np.maximum(counts, 1.0)
         P_hat = np.where(counts[..., None] > 0, transitions / n[..., None], 1.0 / S)
@@ -154,14 +115,14 @@ def tabular_regret(mdp: TabularMDP, num_episodes: int, bonus_scale, plan_beta, e
         bonus = scale * H * np.sqrt(iota / n)
         pis, _ = dr_backward(tabular_continuation(P_hat, plan_beta), reward_sum / n, H, pi_ref, temperature,
                              bonus=bonus, caps=caps)
-        evaluator.add(pis)
+        _, v_pi = dr_backward(true_continuation, r, H, pi_ref, temperature, policies=pis)
+        regret[:, k] = v_star - v_pi[0][:, 0]
         s, a, s_next = _rollout(P, pis, rng, kernel_cdf=kernel_cdf)
         every = np.broadcast_to(runs, s.shape)
         pair = ((every * S + s) * A + a).ravel()  # flat (run, s, a) index of every visit
         counts += np.bincount(pair, minlength=R * S * A).reshape(R, S, A)
         transitions += np.bincount(pair * S + s_next.ravel(), minlength=R * S * A * S).reshape(R, S, A, S)
         reward_sum += np.bincount(pair, weights=r[every, s, a].ravel(), minlength=R * S * A).reshape(R, S, A)
-    evaluator.flush()
     return regret
 
 
@@ -197,9 +158,6 @@ def linear_regret(mdp: LinearMDP, num_episodes: int, bonus_scale, beta: float, t
     kernel_cdf = np.cumsum(kernel, axis=-1)
     rows = phi.reshape(R, S * A, d)  # batched matrix products instead of einsum (hot loop)
     regret = np.empty((R, num_episodes))
-    block = min(EVALUATION_BLOCK, num_episodes)
-    evaluator = _BlockEvaluator(rectangular_continuation(np.concatenate([phi] * block), np.concatenate([mu] * block), beta),
-                                r, H, temperature, v_star, regret, block)
     for k in range(num_episodes):
         gram_inv = np.linalg.inv(gram)
         width = np.sqrt(np.einsum("rni,rni->rn", np.matmul(rows, gram_inv), rows)).reshape(R, S, A)  # ||phi||_{Lambda^-1}
@@ -214,13 +172,13 @@ def linear_regret(mdp: LinearMDP, num_episodes: int, bonus_scale, beta: float, t
             return np.matmul(rows, (shift - beta * np.log(z))[:, :, None]).reshape(R, S, A)
 
         pis, _ = dr_backward(estimated, r, H, pi_ref, temperature, bonus=bonus, caps=caps)
-        evaluator.add(pis)
+        _, v_pi = dr_backward(true_continuation, r, H, pi_ref, temperature, policies=pis)
+        regret[:, k] = v_star - v_pi[0][:, 0]
         s, a, s_next = _rollout(kernel, pis, rng, kernel_cdf=kernel_cdf)
         for h in range(H):
             f = phi[runs, s[h], a[h]]  # (R, d)
             gram += f[:, :, None] * f[:, None, :]
             targets[runs, :, s_next[h]] += f
-    evaluator.flush()
     return regret
 
 

@@ -39,7 +39,9 @@ def _jackknife_estimate(values, statistic, level: float, method: str) -> Estimat
 def regret_slope_estimate(checkpoints, per_episode, level: float = 0.95) -> Estimate:
     """Slope of the mean cumulative regret with a normal interval from the jackknife SE over
     instances (rows of ``per_episode``)."""
-    return _jackknife_estimate(per_episode, lambda x: mean_curve_slope(checkpoints, x), level,
+    cps = np.asarray(checkpoints)
+    cumulative = np.cumsum(np.asarray(per_episode, dtype=float), axis=1)[:, cps - 1]  # (instances, checkpoints)
+    return _jackknife_estimate(cumulative, lambda c: loglog_slope(cps, c.mean(axis=0)).point, level,
                                "slope of the mean curve, jackknife SE over instances, normal interval")
 
 
