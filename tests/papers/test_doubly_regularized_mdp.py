@@ -127,16 +127,23 @@ def test_certificate_holds_and_its_control_detects_a_weaker_bound():
         assert (near["control"] < -1e-10).sum() >= 1
 
 
-def test_power_helpers():
-    x = make_rng(15).standard_normal((30, 2))
-    # the jackknife standard error of a mean is exactly s / sqrt(n)
-    se = paper.power.jackknife_se(lambda a: a[:, 0].mean(), x)
-    assert se == pytest.approx(x[:, 0].std(ddof=1) / np.sqrt(30))
+def test_power_and_slopes_use_the_library_statistics():
+    from compendium import stats
+
+    # one helper per idea: the chapter's jackknife and log-log slope are compendium.stats'
+    assert paper.power.jackknife_se is stats.jackknife_se and paper.evaluation.jackknife_se is stats.jackknife_se
+    assert paper.power.mean_curve_slope is paper.evaluation.mean_curve_slope
+    assert not hasattr(paper, "loglog_slope") and not hasattr(paper.agents, "loglog_slope")
     assert paper.power.flip_probability(0.0, 1.0, 10) == pytest.approx(0.5)
     assert paper.power.flip_probability(0.1, 1.0, 100) == pytest.approx(0.158655, abs=1e-6)
     cumulative = np.sqrt(np.arange(1, 17.0))  # cumulative regret sqrt(k): slope 1/2
     regret = np.tile(np.diff(np.r_[0.0, cumulative]), (3, 1))
     assert paper.power.mean_curve_slope((1, 2, 4, 8, 16), regret) == pytest.approx(0.5)
+    # the library slope equals the least-squares fit the chapter used before (np.polyfit on logs)
+    per_episode = make_rng(15).gamma(1.0, 1.0, (7, 400)) * np.arange(1, 401) ** -0.4
+    cps = np.array([25, 50, 100, 200, 400])
+    old = np.polyfit(np.log(cps), np.log(np.cumsum(per_episode, axis=1).mean(axis=0)[cps - 1]), 1)[0]
+    assert paper.evaluation.mean_curve_slope(cps, per_episode) == pytest.approx(old, abs=1e-12)
 
 
 def test_symbolic_residuals():
@@ -335,3 +342,30 @@ def test_uniform_regret_is_constant_and_positive_and_slope_by_window():
     K = 3200
     sqrt_like = (1.0 / np.sqrt(np.arange(1, K + 1)))[None, :] * np.linspace(0.5, 1.5, 6)[:, None]
     assert all(abs(r["estimate"].point - 0.5) < 0.04 for r in ev.slope_by_window(sqrt_like))  # 2 sqrt(K) + zeta(1/2)
+
+
+def test_loss_share_is_a_ratio_of_means_with_a_jackknife_interval():
+    gain, loss = np.array([0.1, 0.2, 0.3, 0.2]), np.array([1.0, 2.0, 2.0, 3.0])
+    base = np.zeros(4)
+    rob = {"by_adversary": {"tv": {"returns": {"doubly regularised": base + gain, "non-robust soft": base},
+                                   "loss": loss}}}
+    est = paper.evaluation.loss_share(rob, "tv")
+    assert est.point == pytest.approx(gain.mean() / loss.mean()) and est.n == 4
+    assert est.low < est.point < est.high and est.unit == "MDP instances"
+    same = paper.evaluation.loss_share(rob, "tv", policy="non-robust soft")
+    assert same.point == 0.0 and same.low == same.high == 0.0
+
+
+def test_policy_planned_against_an_adversary_is_the_ceiling():
+    rob = paper.robustness(6, 4, 3, 4, 1.0, 0.1, (0.0, 0.3), 0.1, (1.0, np.inf), make_rng(0, 2), checked_radius=0.3)
+    np.testing.assert_allclose(rob["nominal"]["non-robust soft"], rob["returns"]["non-robust soft"][0])
+    for a in paper.ADVERSARIES:
+        block = rob["by_adversary"][a]
+        assert np.all(block["loss"] >= -1e-12)
+        ceiling = block["returns"]["adversary-robust"]
+        for name, values in block["returns"].items():  # the rectangular robust policy is worst-case optimal
+            assert np.all(ceiling >= values - 1e-10), (a, name)
+        for values in block["sweep"]:
+            assert np.all(ceiling >= values - 1e-10)
+        share = paper.evaluation.loss_share(rob, a, policy="adversary-robust")
+        assert 0.0 <= share.point <= 1.0

@@ -35,11 +35,10 @@ def _rollout(kernel, pis, rng, start_state: int = 0, kernel_cdf=None):
     s = np.full(R, start_state)
     u = rng.random((H, 2, R))
     out = np.empty((3, H, R), dtype=np.int64)
-    policy_cdf = np.cumsum(pis, axis=-1)  # (H, R, S, A), once per episode
     kernel_cdf = np.cumsum(kernel, axis=-1) if kernel_cdf is None else kernel_cdf
     A, S = pis.shape[-1], kernel.shape[-1]
     for h in range(H):
-        cdf = policy_cdf[h][runs, s]  # (R, A)
+        cdf = np.cumsum(pis[h][runs, s], axis=-1)  # (R, A): only the visited states' rows
         a = (u[h, 0] > cdf[:, 0]).astype(np.int64)  # count of cdf entries below u, last one excluded
         for j in range(1, A - 1):
             a += u[h, 0] > cdf[:, j]
@@ -183,12 +182,4 @@ def linear_regret(mdp: LinearMDP, num_episodes: int, bonus_scale, beta: float, t
     return regret
 
 
-def loglog_slope(episodes, cumulative) -> float:
-    """Least-squares slope of log(cumulative regret) against log(episodes)."""
-    x, y = np.log(np.asarray(episodes, float)), np.log(np.asarray(cumulative, float))
-    if np.any(~np.isfinite(y)):
-        raise ValueError("cumulative regret must be positive to take logs")
-    return float(np.polyfit(x, y, 1)[0])
-
-
-__all__ = ["CONFIDENCE", "optimal_start_value", "uniform_regret", "tabular_regret", "linear_regret", "loglog_slope"]
+__all__ = ["CONFIDENCE", "optimal_start_value", "uniform_regret", "tabular_regret", "linear_regret"]

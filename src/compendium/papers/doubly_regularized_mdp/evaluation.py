@@ -1,9 +1,10 @@
 """Statistics the ledger decides with; the unit of replication is an MDP instance.
 
 Every method runs on the same instances, so comparisons are paired by instance (t intervals of
-the paired differences, :func:`compendium.stats.paired_difference`). The regret slope is a
-statistic of the mean curve over instances; its interval is the slope plus or minus
-``z * jackknife SE`` over instances.
+the paired differences, :func:`compendium.stats.paired_difference`). The regret slope and the
+share of the adversary's loss taken back are statistics of means over instances; their interval
+is the statistic plus or minus ``z * jackknife SE`` over instances
+(:func:`compendium.stats.jackknife_se`).
 """
 
 from __future__ import annotations
@@ -11,28 +12,56 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
-from ...stats import Estimate, jackknife_se, paired_difference
-from .agents import loglog_slope
+from ...stats import Estimate, jackknife_se, loglog_slope, paired_difference
 from .experiments import ADVERSARIES
 
 INSTANCES = "MDP instances"
+LOSS_SHARE = 0.1
+"""Smallest robustness effect of interest, fixed before the share was computed: the robust policy
+must take back at least this share of what the adversary takes from the non-robust policy."""
 
 
 def mean_curve_slope(checkpoints, per_episode) -> float:
     """Log-log slope of the mean cumulative regret at ``checkpoints``; ``per_episode`` (runs, K)."""
     cps = np.asarray(checkpoints)
-    return loglog_slope(cps, np.cumsum(per_episode, axis=1).mean(axis=0)[cps - 1])
+    return loglog_slope(cps, np.cumsum(per_episode, axis=1).mean(axis=0)[cps - 1]).point
+
+
+def _jackknife_estimate(values, statistic, level: float, method: str) -> Estimate:
+    """``statistic(values)`` with a normal interval from the jackknife SE over the rows of ``values``."""
+    values = np.asarray(values, dtype=float)
+    point = float(statistic(values))
+    se = jackknife_se(values, statistic)
+    z = float(scipy.stats.norm.ppf((1 + level) / 2))
+    return Estimate(point, point - z * se, point + z * se, level, INSTANCES, values.shape[0], method)
 
 
 def regret_slope_estimate(checkpoints, per_episode, level: float = 0.95) -> Estimate:
     """Slope of the mean cumulative regret with a normal interval from the jackknife SE over
     instances (rows of ``per_episode``)."""
-    per_episode = np.asarray(per_episode, dtype=float)
-    point = mean_curve_slope(checkpoints, per_episode)
-    se = jackknife_se(per_episode, lambda x: mean_curve_slope(checkpoints, x))
-    z = float(scipy.stats.norm.ppf((1 + level) / 2))
-    return Estimate(point, point - z * se, point + z * se, level, INSTANCES, per_episode.shape[0],
-                    "slope of the mean curve, jackknife SE over instances, normal interval")
+    cps = np.asarray(checkpoints)
+    cumulative = np.cumsum(np.asarray(per_episode, dtype=float), axis=1)[:, cps - 1]  # (instances, checkpoints)
+    return _jackknife_estimate(cumulative, lambda c: loglog_slope(cps, c.mean(axis=0)).point, level,
+                               "slope of the mean curve, jackknife SE over instances, normal interval")
+
+
+def loss_share(robustness: dict, adversary: str, policy: str = "doubly regularised",
+               baseline: str = "non-robust soft", level: float = 0.95) -> Estimate:
+    r"""Share of the adversary's loss that ``policy`` takes back, with a jackknife interval.
+
+    .. math:: \text{share} = \frac{\overline{W(\pi) - W(\pi_0)}}{\overline{N(\pi_0) - W(\pi_0)}}
+
+    where :math:`W` is the worst-case soft return against ``adversary`` at the checked radius,
+    :math:`N` the nominal one and :math:`\pi_0` the ``baseline`` (non-robust) policy; bars are
+    means over instances (a ratio of means, so an instance the adversary barely hurts does not
+    blow up). 1 means the attack is fully undone, 0 no better than the baseline. The interval is
+    the ratio plus or minus ``z`` jackknife SE over instances.
+    """
+    block = robustness["by_adversary"][adversary]
+    returns = block["returns"]
+    pairs = np.column_stack([returns[policy] - returns[baseline], block["loss"]])  # (instances, 2)
+    return _jackknife_estimate(pairs, lambda x: x[:, 0].mean() / x[:, 1].mean(), level,
+                               "ratio of means over instances, jackknife SE, normal interval")
 
 
 def window_checkpoints(end: int, count: int = 5) -> tuple:

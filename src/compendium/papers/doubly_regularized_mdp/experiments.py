@@ -191,11 +191,17 @@ def worst_case_returns(mdp: TabularMDP, policies: np.ndarray, radii, temperature
     return np.array(out)
 
 
-def planned_policy(mdp: TabularMDP, temperature: float, beta=None, kl_radius=None) -> np.ndarray:
+def planned_policy(mdp: TabularMDP, temperature: float, beta=None, kl_radius=None, adversary=None,
+                   radius: float = 0.0) -> np.ndarray:
     """Soft-optimal policy on the nominal kernel: doubly regularised (``beta``), non-robust
-    (``beta=np.inf``) or KL-ball constrained (``kl_radius``, 1-D dual solver). Shape (H, R, S, A)."""
+    (``beta=np.inf``), KL-ball constrained (``kl_radius``, 1-D dual solver) or robust to one
+    adversary of :data:`ADVERSARIES` at ``radius`` (``adversary``; the rectangular robust soft
+    recursion, whose policy maximises the worst-case soft return against that adversary). Shape
+    (H, R, S, A)."""
     pi_ref = np.full(mdp.kernel.shape[:-1], 1.0 / mdp.num_actions)
-    if kl_radius is not None:
+    if adversary is not None:
+        cont = lambda V, h: adversary_expectation(mdp.kernel, V[..., None, None, :], radius, adversary)  # noqa: E731
+    elif kl_radius is not None:
         cont = lambda V, h: kl_ball_expectation(mdp.kernel, V[..., None, None, :], kl_radius)  # noqa: E731
     else:
         cont = tabular_continuation(mdp.kernel, beta)
@@ -208,10 +214,13 @@ def robustness(num_seeds: int, num_states: int, num_actions: int, horizon: int, 
 
     Returns ``returns`` {method: (len(radii), num_seeds)} and ``sweep`` (len(betas), len(radii),
     num_seeds) against the TV adversary; ``by_adversary`` {adversary: {'returns': {method:
-    (num_seeds,)}, 'sweep': (len(betas), num_seeds)}} for every adversary of :data:`ADVERSARIES`
-    at ``checked_radius`` (default: the largest radius); and ``cvxpy_agreement``: the largest gap
-    between the 1-D dual and cvxpy on every KL-ball step of the first instance's constrained
-    value iteration.
+    (num_seeds,)}, 'sweep': (len(betas), num_seeds), 'loss': (num_seeds,)}} for every adversary of
+    :data:`ADVERSARIES` at ``checked_radius`` (default: the largest radius), where the methods
+    include ``'adversary-robust'`` (the policy planned against that adversary at that radius, the
+    best worst-case return any policy can reach) and ``loss`` is what the adversary takes from the
+    non-robust policy (its nominal minus its worst-case return); ``nominal`` {method: (num_seeds,)};
+    and ``cvxpy_agreement``: the largest gap between the 1-D dual and cvxpy on every KL-ball step of
+    the first instance's constrained value iteration.
     """
     mdp = random_mdp(num_seeds, num_states, num_actions, horizon, rng)
     policies = {
@@ -225,15 +234,20 @@ def robustness(num_seeds: int, num_states: int, num_actions: int, horizon: int, 
     eps = float(max(radii) if checked_radius is None else checked_radius)
     # every policy against every adversary in one batched dynamic programme per adversary
     # (the instances are tiled once per policy along the run axis)
-    stacked = list(policies.values()) + sweep_policies
-    copies = len(stacked)
+    robust_to = [planned_policy(mdp, temperature, adversary=a, radius=eps) for a in ADVERSARIES]
+    stacked = list(policies.values()) + robust_to + sweep_policies
+    copies, first_sweep = len(stacked), len(policies) + len(ADVERSARIES)
+    baseline = list(policies).index("non-robust soft")
     tiled = TabularMDP(np.concatenate([mdp.kernel] * copies), np.concatenate([mdp.reward] * copies), mdp.horizon)
     all_pi = np.concatenate(stacked, axis=1)  # (H, copies * R, S, A)
+    nominal = worst_case_returns(tiled, all_pi, [0.0], temperature)[0].reshape(copies, num_seeds)
     by_adversary = {}
-    for adversary in ADVERSARIES:
+    for k, adversary in enumerate(ADVERSARIES):
         values = worst_case_returns(tiled, all_pi, [eps], temperature, adversary)[0].reshape(copies, num_seeds)
-        by_adversary[adversary] = {"returns": dict(zip(policies, values[: len(policies)])),
-                                   "sweep": values[len(policies):]}
+        chosen = dict(zip(policies, values[: len(policies)]))
+        chosen["adversary-robust"] = values[len(policies) + k]
+        by_adversary[adversary] = {"returns": chosen, "sweep": values[first_sweep:],
+                                   "loss": nominal[baseline] - values[baseline]}
     # cvxpy reference for the constrained baseline on the first instance
     pi_ref = np.full((num_states, num_actions), 1.0 / num_actions)
     P0, r0 = mdp.kernel[0], mdp.reward[0]
@@ -246,7 +260,7 @@ def robustness(num_seeds: int, num_states: int, num_actions: int, horizon: int, 
 
     dr_backward(cvxpy_step, r0, horizon, pi_ref, temperature)
     return dict(returns=returns, sweep=sweep, by_adversary=by_adversary, checked_radius=eps,
-                cvxpy_agreement=float(max(gaps)))
+                nominal=dict(zip(policies, nominal[: len(policies)])), cvxpy_agreement=float(max(gaps)))
 
 
 def continuous_action_errors(num_instances: int, rng: np.random.Generator) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
+import scipy.special
 
 # ---------------------------------------------------------------------------- dynamics side
 
@@ -94,8 +95,7 @@ def worst_case_kernel(P, V, beta) -> np.ndarray:
 def kl_divergence(q, p) -> np.ndarray:
     """KL(q || p) along the last axis (0 log 0 = 0; ``inf`` where q puts mass outside p's support)."""
     q, p = np.broadcast_arrays(np.asarray(q, float), np.asarray(p, float))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(q > 0, q * (np.log(q) - np.log(p)), 0.0)
+    terms = scipy.special.rel_entr(q, p)  # q log(q / p), 0 where q = 0, inf where q > 0 = p: one ufunc pass
     return terms @ np.ones(terms.shape[-1])  # the sum over the last axis (faster than .sum on short axes)
 
 

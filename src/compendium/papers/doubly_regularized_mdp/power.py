@@ -17,24 +17,13 @@ import numpy as np
 import scipy.stats
 
 from ...runtime import make_rng
-from .agents import linear_regret, loglog_slope, tabular_regret
+from ...stats import jackknife_se
+from .agents import linear_regret, tabular_regret
 from .environments import combination_lock, linear_mdp, random_mdp
+from .evaluation import mean_curve_slope
 from .experiments import planned_policy, worst_case_returns
 
 POOL_SEED = 1000  # seed stream of the pools; chapter runs use their own seed
-
-
-def jackknife_se(statistic, samples: np.ndarray) -> float:
-    """Jackknife standard error of ``statistic(samples)`` over the first axis of ``samples``."""
-    n = len(samples)
-    leave_one_out = np.array([statistic(np.delete(samples, i, axis=0)) for i in range(n)])
-    return float(np.sqrt((n - 1) / n * np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
-
-
-def mean_curve_slope(checkpoints, per_episode: np.ndarray) -> float:
-    """Log-log slope of the mean cumulative regret at ``checkpoints``; ``per_episode`` is (runs, K)."""
-    cps = np.asarray(checkpoints)
-    return loglog_slope(cps, np.cumsum(per_episode, axis=1).mean(axis=0)[cps - 1])
 
 
 def flip_probability(margin: float, sigma1: float, n: int) -> float:
@@ -81,7 +70,7 @@ def power_analysis(config, regret_pool: int = 200, robust_pool: int = 1000, size
         runs = pools[name]
         value = mean_curve_slope(checkpoints, runs)
         edge = 0.3 if abs(value - 0.3) < abs(value - 0.75) else 0.75
-        sigma1 = jackknife_se(lambda x: mean_curve_slope(checkpoints, x), runs) * np.sqrt(len(runs))
+        sigma1 = jackknife_se(runs, lambda x: mean_curve_slope(checkpoints, x)) * np.sqrt(len(runs))
         out[f"regret-slope-{name}"] = dict(value=value, threshold=edge, sigma1=sigma1,
                                            flip={n: flip_probability(value - edge, sigma1, n) for n in sizes})
     if "random" in instances:
