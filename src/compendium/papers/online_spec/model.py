@@ -1,9 +1,11 @@
 r"""The fixed targets (an order-2 n-gram table, or a random-init GPT-2 read through two tokens, both
 with domain blocks) and the low-capacity draft.
 
-Target. ``V`` tokens split into ``K`` contiguous blocks (the domains). After the context
-``(a, b)`` (``b`` the newest token) the next token stays in ``b``'s block, so a sequence started
-in a domain stays in it. Inside the block its law is
+Target. ``V`` tokens: optionally a set of tokens shared by every domain, the rest split into
+``K`` contiguous blocks (the domains). After the context ``(a, b)`` (``b`` the newest token) the
+next token stays in ``b``'s block or is shared; after a shared ``b`` it is in ``a``'s block. So a
+sequence started in a domain stays in it, and the domains overlap through the shared tokens.
+Inside the allowed set its law is
 ``(1 - leak) softmax(beta * (s_b + w_a / 2 + noise_ab)) + leak * uniform(block)`` with Gaussian
 scores: part of the table is additive in the two context tokens (what the draft can learn) and
 part is an interaction no additive model can fit. Conditionals are exact: the table is the
