@@ -372,3 +372,53 @@ def test_uniform_acceptance_and_the_floor():
     assert est.n == 2 and est.point == pytest.approx(diff.mean())
     assert est.point > 0, "the oracle draft, trained on each segment's domain, beats the uniform draft"
     assert 0 < paper.FLOOR_MARGIN < 1
+
+
+# ---------------------------------------------------------------- overlapping domains, power
+def test_shared_tokens_overlap_the_domains_without_losing_them():
+    V, shared = 12, 3
+    tg = paper.block_target(V, 3, 0.05, 1.0, 1.0, np.random.default_rng(4), shared=shared)
+    table = tg.model.table
+    np.testing.assert_allclose(table.sum(-1), 1.0)
+    common = np.arange(V - shared, V)
+    np.testing.assert_array_equal(tg.shared, common)
+    assert sum(len(b) for b in tg.blocks) == V - shared
+    for block in tg.blocks:
+        others = np.setdiff1d(np.arange(V - shared), block)
+        after_domain = table[:, block]  # newest token in the block: its block or a shared token
+        assert np.all(after_domain[..., others] == 0) and np.all(after_domain[..., common] > 0)
+        after_shared = table[block][:, common]  # a shared token after a domain token: back to the block
+        assert np.all(after_shared[..., common] == 0) and np.all(after_shared[..., others] == 0)
+    rng = np.random.default_rng(5)
+    a, b = paper.sample_contexts(tg, np.array([0.0, 1.0, 0.0]), 40, 10, rng)
+    assert np.all(np.isin(b, np.concatenate([tg.blocks[1], common])))
+    assert np.isin(b, common).any(), "sequences use the shared tokens"
+    closed = paper.block_target(V, 3, 0.05, 1.0, 1.0, np.random.default_rng(4))
+    assert closed.shared.size == 0 and len(closed.blocks[0]) == 4
+    with pytest.raises(ValueError):
+        paper.block_target(V, 3, 0.05, 1.0, 1.0, np.random.default_rng(4), shared=7)
+
+
+def test_lossless_power_matches_a_simulated_biased_sampler():
+    out = paper.lossless_power(400, 9, 50)
+    assert out["allowance"] == 5
+    assert out["false_alarm"] == pytest.approx(scipy.stats.binom.sf(5, 50, 0.05))
+    assert scipy.stats.binom.sf(5, 50, out["reject_needed"]) == pytest.approx(0.8, abs=1e-6)
+    # a Pearson test at the stated divergence rejects at about reject_needed
+    rng = np.random.default_rng(0)
+    p = np.full(10, 0.1)
+    d = np.sqrt(out["delta2"]) * 0.1 * np.array([1, -1] * 5)  # sum d^2 / p = 10 * delta2 / 100 / 0.1 = delta2
+    q = p + d
+    counts = rng.multinomial(400, q, size=4000)
+    stat = ((counts - 40.0) ** 2 / 40.0).sum(1)
+    rate = np.mean(stat > scipy.stats.chi2.ppf(0.95, 9))
+    assert abs(rate - out["reject_needed"]) < 0.03
+
+
+def test_offline_drift_alpha_is_the_bc_segments_mean():
+    config = paper.Config(**TINY)
+    result = paper.run(config, transformer=False)
+    est = paper.offline_drift_alpha(result)
+    bc = np.isin(paper.segment_domains(config.chunks), [1, 2])
+    np.testing.assert_allclose(est.point, result.curve("piecewise", "offline")[:, bc].mean())
+    assert est.n == config.replicates

@@ -52,8 +52,10 @@ Small-scale deviations
   0.3 instead of GPT-2's 0.02, at which the logits are nearly flat and every draft is accepted)
   and the draft rank against it were fixed from the offline acceptance on A before any online
   run. Only Offline, OGD and the oracle run on it (piecewise and stationary streams).
-- Domains are closed token blocks, so a draft trained on domain A has almost no acceptance on B
-  and C: the drift is abrupt and total, larger than between real prompt sets.
+- Domains are token blocks that overlap through a shared quarter of the vocabulary
+  (:data:`~.experiment.SHARED_SHARE`): a draft trained on domain A keeps a small acceptance on B
+  and C (a precondition row checks it is non-zero); the drift is abrupt and still larger than
+  between real prompt sets.
 - One gradient step per chunk, full batch over its verified positions; the paper's pipelines
   take 1-3 epochs of minibatch steps on hidden states.
 - Acceptance is measured exactly (``sum_v min(p, q)`` at every verified context) beside the
@@ -67,6 +69,9 @@ Small-scale deviations
 from .experiment import (
     CHECK_VOCAB,
     DOMAINS,
+    DRIFT_MARGIN,
+    LOSSLESS_POWER,
+    SHARED_SHARE,
     FLOOR_MARGIN,
     SINGLE,
     TARGETS,
@@ -84,8 +89,11 @@ from .experiment import (
     every_replicate_difference,
     geometric_identity,
     kernel_checks,
+    lossless_power,
     make_target,
     offline_alpha_estimate,
+    offline_drift_alpha,
+    shared_tokens,
     pinsker_check,
     pooled_context_lossless_p,
     run,
@@ -99,6 +107,7 @@ from .model import (
     DraftShape,
     block_law,
     block_target,
+    domain_split,
     domain_prompts,
     draft_logits,
     draft_probs,

@@ -20,6 +20,10 @@ from .model import (DraftShape, block_target, entropy_term, expected_acceptance,
                     transformer_target)
 
 DOMAINS = 3
+#: Share of the vocabulary common to every domain, fixed before any run of the overlapping
+#: targets: the domains overlap through these tokens, so a draft trained on one keeps some
+#: acceptance on the others (:func:`~.model.block_law`).
+SHARED_SHARE = 0.25
 CHECK_VOCAB = 16  # vocabulary of the random (p, q) pairs of the formula and losslessness checks
 SINGLE = ("ogd", "optimistic", "momentum")  # single-step-size learners: all at the middle step size
 UNIT = "replicates (target, draft, stream)"
@@ -29,6 +33,12 @@ TRANSFORMER_STREAMS = ("piecewise", "stationary")  # the online-vs-offline compa
 #: The floor: mean acceptance a learned draft must gain over the uniform draft on the same verified
 #: positions (lower paired 95% bound), fixed before the floor was computed.
 FLOOR_MARGIN = 0.05
+#: The overlap precondition: the offline draft's mean acceptance over the B and C segments of the
+#: piecewise stream must stay above this (lower 95% bound over replicates), fixed before the
+#: online runs of the overlapping targets.
+DRIFT_MARGIN = 0.02
+#: The power of the per-context losslessness rows is stated at this probability of failing.
+LOSSLESS_POWER = 0.8
 
 
 @dataclass(frozen=True)
@@ -282,15 +292,22 @@ class Replicate:
     target: object = field(repr=False, default=None)
 
 
+def shared_tokens(vocab: int) -> int:
+    """Tokens common to every domain: :data:`SHARED_SHARE` of the vocabulary (at least two per domain left)."""
+    return max(0, min(int(SHARED_SHARE * vocab), vocab - 2 * DOMAINS))
+
+
 def make_target(config: Config, replicate: int, kind: str = "ngram"):
     """The target of one replicate: the n-gram table or the random-init transformer."""
+    shared = shared_tokens(config.vocab)
     if kind == "ngram":
         return block_target(config.vocab, DOMAINS, config.target_smoothing, config.target_sharpness,
-                            config.target_interaction, make_rng(config.seed, 10, replicate))
+                            config.target_interaction, make_rng(config.seed, 10, replicate), shared=shared)
     if kind == "transformer":
         init_seed = int(make_rng(config.seed, 20, replicate).integers(2**31))
         return transformer_target(config.vocab, DOMAINS, config.target_smoothing, config.transformer_temperature,
-                                  config.transformer_init, config.transformer_width, init_seed, heads=TRANSFORMER_HEADS)
+                                  config.transformer_init, config.transformer_width, init_seed, heads=TRANSFORMER_HEADS,
+                                  shared=shared)
     raise ValueError(f"target kind must be one of {TARGETS}, got {kind!r}")
 
 
@@ -459,6 +476,41 @@ def uniform_floor(result: Result, stream: str, method: str) -> Estimate:
 def offline_alpha_estimate(result: Result) -> Estimate:
     """t interval of the offline draft's exact acceptance on domain A over replicates."""
     return mean_interval([r.offline_alpha_a for r in result.replicates], unit=UNIT)
+
+
+def offline_drift_alpha(result: Result) -> Estimate:
+    """t interval over replicates of the offline draft's mean acceptance on the B and C segments
+    of the piecewise stream (what the draft trained on A keeps after the drift)."""
+    bc = np.isin(ol.segment_domains(result.config.chunks), [1, 2])
+    return mean_interval(result.curve("piecewise", "offline")[:, bc].mean(1), unit=UNIT)
+
+
+def lossless_power(draws: float, df: int, contexts: int, allowed_share: float = 0.10, level: float = 0.05,
+                   power: float = LOSSLESS_POWER) -> dict:
+    """What a per-context losslessness row can detect.
+
+    The row tests ``contexts`` contexts at ``level`` with ``draws`` emitted tokens each and fails
+    when more than ``allowed_share`` of them reject. Under an exact sampler each rejects with
+    probability ``level``: ``false_alarm`` is the row's chance of failing anyway. A biased sampler
+    whose emitted law ``p'`` is at chi-square divergence ``delta2 = sum_v (p' - p)^2 / p`` from the
+    target row makes each Pearson test reject with the noncentral chi-square probability at
+    noncentrality ``draws * delta2`` (``df`` degrees of freedom). Returns the per-context rejection
+    probability ``reject_needed`` at which the row fails with probability ``power``, the
+    divergence ``delta2`` that gives it, and ``tv_bound = sqrt(delta2) / 2``, the largest total
+    variation such a divergence allows (a deviation spread evenly over the tokens has about that TV).
+    """
+    import scipy.optimize
+    from scipy import stats
+
+    allowance = int(np.floor(allowed_share * contexts + 1e-9))
+    false_alarm = float(stats.binom.sf(allowance, contexts, level))
+    r = scipy.optimize.brentq(lambda x: stats.binom.sf(allowance, contexts, x) - power, level, 1 - 1e-12)
+    crit = stats.chi2.ppf(1 - level, df)
+    lam = scipy.optimize.brentq(lambda nc: stats.ncx2.sf(crit, df, nc) - r, 1e-9, 1e6)
+    delta2 = lam / draws
+    return {"false_alarm": false_alarm, "reject_needed": float(r), "noncentrality": float(lam), "delta2": float(delta2),
+            "tv_bound": float(np.sqrt(delta2) / 2), "allowance": allowance, "contexts": contexts, "draws": float(draws),
+            "df": int(df), "power": power}
 
 
 def cumulative_bound_ratio(result: Result) -> dict:

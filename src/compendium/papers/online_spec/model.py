@@ -1,9 +1,11 @@
 r"""The fixed targets (an order-2 n-gram table, or a random-init GPT-2 read through two tokens, both
 with domain blocks) and the low-capacity draft.
 
-Target. ``V`` tokens split into ``K`` contiguous blocks (the domains). After the context
-``(a, b)`` (``b`` the newest token) the next token stays in ``b``'s block, so a sequence started
-in a domain stays in it. Inside the block its law is
+Target. ``V`` tokens: optionally a set of tokens shared by every domain, the rest split into
+``K`` contiguous blocks (the domains). After the context ``(a, b)`` (``b`` the newest token) the
+next token stays in ``b``'s block or is shared; after a shared ``b`` it is in ``a``'s block. So a
+sequence started in a domain stays in it, and the domains overlap through the shared tokens.
+Inside the allowed set its law is
 ``(1 - leak) softmax(beta * (s_b + w_a / 2 + noise_ab)) + leak * uniform(block)`` with Gaussian
 scores: part of the table is additive in the two context tokens (what the draft can learn) and
 part is an interaction no additive model can fit. Conditionals are exact: the table is the
@@ -20,6 +22,7 @@ chain rule through the embeddings is written out in :func:`kl_loss_and_grad`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,10 +41,13 @@ class BlockTarget:
         ``model.table[a, b]`` is ``p(. | a, b)``, shape ``(V+1, V+1, V)`` (index ``V`` = before start).
     blocks : tuple of ndarray
         Token ids of each domain.
+    shared : ndarray
+        Token ids every domain shares (empty: closed blocks).
     """
 
     model: NGramModel
     blocks: tuple
+    shared: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def vocab(self) -> int:
@@ -53,7 +59,7 @@ class BlockTarget:
 
 
 def block_target(vocab: int, domains: int, leak: float, sharpness: float, interaction: float,
-                 rng: np.random.Generator) -> BlockTarget:
+                 rng: np.random.Generator, shared: int = 0) -> BlockTarget:
     """Draw a :class:`BlockTarget` (see the module docstring for the law).
 
     Parameters
@@ -67,21 +73,30 @@ def block_target(vocab: int, domains: int, leak: float, sharpness: float, intera
     interaction : float
         Scale of the non-additive part ``noise_ab`` relative to the additive scores.
     rng : numpy.random.Generator
+    shared : int
+        Tokens shared by every domain (the last ``shared`` ids; see :func:`domain_split`).
     """
-    if vocab < 2 * domains or domains < 1:
-        raise ValueError(f"need vocab >= 2 * domains >= 2, got vocab={vocab}, domains={domains}")
+    blocks, common = domain_split(vocab, domains, shared)
     if not 0 <= leak < 1 or sharpness <= 0 or interaction < 0:
         raise ValueError(f"need 0 <= leak < 1, sharpness > 0, interaction >= 0; got {leak}, {sharpness}, {interaction}")
     V = vocab
-    blocks = tuple(np.array_split(np.arange(V), domains))
     s = rng.normal(size=(V + 1, V))  # newest-token scores (row V: start of sequence)
     w = rng.normal(size=(V + 1, V))  # older-token scores
     noise = interaction * rng.normal(size=(V + 1, V + 1, V))
     scores = sharpness * (s[None, :, :] + 0.5 * w[:, None, :] + noise)  # (a, b, v)
-    return BlockTarget(block_law(scores, blocks, leak), blocks)
+    return BlockTarget(block_law(scores, blocks, leak, common), blocks, common)
 
 
-def block_law(scores: np.ndarray, blocks: tuple, leak: float) -> NGramModel:
+def domain_split(vocab: int, domains: int, shared: int = 0) -> tuple[tuple, np.ndarray]:
+    """The domain blocks and the shared tokens: the last ``shared`` ids are common to every domain,
+    the others are split into ``domains`` contiguous blocks (each of at least two tokens)."""
+    if domains < 1 or shared < 0 or vocab - shared < 2 * domains:
+        raise ValueError(f"need vocab - shared >= 2 * domains >= 2 and shared >= 0, got vocab={vocab}, "
+                         f"domains={domains}, shared={shared}")
+    return tuple(np.array_split(np.arange(vocab - shared), domains)), np.arange(vocab - shared, vocab)
+
+
+def block_law(scores: np.ndarray, blocks: tuple, leak: float, shared: np.ndarray | None = None) -> NGramModel:
     """``(1 - leak) softmax(scores restricted to b's block) + leak * uniform(block)`` per context.
 
     Parameters
@@ -93,24 +108,38 @@ def block_law(scores: np.ndarray, blocks: tuple, leak: float) -> NGramModel:
         block (after the start symbol every token is allowed).
     leak : float
         Weight of the uniform smoothing inside the block, in ``[0, 1)``.
+    shared : ndarray, optional
+        Tokens common to every domain (the domains overlap through them). After a domain token the
+        next token is in its block or shared; after a shared token ``b`` it is in the block of the
+        older token ``a`` (a shared token never follows a shared token, so the domain is never lost).
     """
     V = scores.shape[-1]
     if scores.shape != (V + 1, V + 1, V):
         raise ValueError(f"scores must have shape (V+1, V+1, V), got {scores.shape}")
-    block_of = np.concatenate([np.full(len(b), k) for k, b in enumerate(blocks)])
-    # the newest token's block; at the start of a sequence, all tokens
-    allowed = np.ones((V + 1, V), dtype=bool)
-    allowed[:V] = block_of[:V, None] == block_of[None, :]
-    inside = np.where(allowed[None], scores, -np.inf)
+    shared = np.zeros(0, dtype=np.int64) if shared is None else np.asarray(shared, dtype=np.int64)
+    block_of = np.full(V + 1, -1)  # -1: a shared token or the start symbol
+    for k, b in enumerate(blocks):
+        block_of[b] = k
+    if np.any(block_of[shared] != -1) or np.sum(block_of[:V] == -1) != len(shared):
+        raise ValueError("blocks and shared tokens must partition the vocabulary")
+    is_shared = np.zeros(V, dtype=bool)
+    is_shared[shared] = True
+    # the newest token's block (and the shared tokens); after a shared token, the older token's
+    # block; at the start of a sequence (or after two tokens without a domain), all tokens
+    dom = np.where(block_of[None, :] >= 0, block_of[None, :], block_of[:, None])  # (a, b) -> domain or -1
+    allowed = (block_of[None, None, :V] == dom[..., None]) | ((block_of[None, :, None] >= 0) & is_shared)
+    allowed[dom < 0] = True
+    allowed[:, V] = True
+    inside = np.where(allowed, scores, -np.inf)
     inside = np.exp(inside - inside.max(-1, keepdims=True))
     inside /= inside.sum(-1, keepdims=True)
-    flat = np.broadcast_to(allowed / allowed.sum(-1, keepdims=True), inside.shape)
+    flat = allowed / allowed.sum(-1, keepdims=True)
     table = (1 - leak) * inside + leak * flat  # smoothing inside the block: a domain never ends
     return NGramModel(table / table.sum(-1, keepdims=True))
 
 
 def transformer_target(vocab: int, domains: int, leak: float, temperature: float, init_scale: float,
-                       width: int, seed: int, heads: int = 4, layers: int = 2) -> BlockTarget:
+                       width: int, seed: int, heads: int = 4, layers: int = 2, shared: int = 0) -> BlockTarget:
     r"""A random-init ``transformers`` GPT-2 causal LM, read through a two-token window.
 
     The model is built from a ``GPT2Config`` (``layers`` blocks of width ``width``, untied output
@@ -133,9 +162,10 @@ def transformer_target(vocab: int, domains: int, leak: float, temperature: float
         ``initializer_range`` of the random init.
     width, seed, heads, layers : int
         Model width, initialisation seed (``compendium.training.seeded_init``), heads and blocks.
+    shared : int
+        Tokens shared by every domain (:func:`domain_split`).
     """
-    if vocab < 2 * domains or domains < 1:
-        raise ValueError(f"need vocab >= 2 * domains >= 2, got vocab={vocab}, domains={domains}")
+    blocks, common = domain_split(vocab, domains, shared)
     if not 0 <= leak < 1 or temperature <= 0 or init_scale <= 0:
         raise ValueError(f"need 0 <= leak < 1, temperature > 0, init_scale > 0; got {leak}, {temperature}, {init_scale}")
     if width < 1 or heads < 1 or width % heads or layers < 1:
@@ -155,8 +185,7 @@ def transformer_target(vocab: int, domains: int, leak: float, temperature: float
     with torch.no_grad():
         logits = model(input_ids=torch.from_numpy(np.stack([a, b], axis=1))).logits[:, -1, :V]
     scores = logits.double().numpy().reshape(V + 1, V + 1, V) / temperature
-    blocks = tuple(np.array_split(np.arange(V), domains))
-    return BlockTarget(block_law(scores, blocks, leak), blocks)
+    return BlockTarget(block_law(scores, blocks, leak, common), blocks, common)
 
 
 # ------------------------------------------------------------------------------------------ draft
