@@ -388,3 +388,15 @@ def test_no_chapter_reads_the_evidence_record():
                 continue
             readers.append(str(path.relative_to(REPO)))
     assert readers == [], f"these read the evidence record: {readers}"
+
+
+def test_every_record_in_the_repository_is_valid():
+    """Each record under ``evidence/full/`` passes its schema and its page and figures match their sha256
+    (a hand-edited or half-copied record fails here, in CI, not only on the book's page)."""
+    slugs = sorted(p.name for p in (REPO / "evidence" / "full").iterdir() if p.is_dir())
+    problems = {}
+    for slug in slugs:
+        record, problem = evidence.load_record(slug, "full")
+        if problem or record is None:
+            problems[slug] = problem or "no record.json"
+    assert problems == {}, problems
