@@ -517,3 +517,35 @@ def test_one_se_pick_prefers_the_simplest_candidate_within_one_standard_error():
 def test_one_se_pick_rejects_bad_scores(bad):
     with pytest.raises(ValueError):
         stats.one_se_pick(bad, unit="units")
+
+
+# ---------------------------------------------------------------- deciding_estimate
+
+def _iv(low, high):
+    return Estimate(point=(low + high) / 2, low=low, high=high, unit="trained models", n=3)
+
+
+def test_deciding_estimate_prefers_a_failing_replicate_over_a_wider_one():
+    ests = {"a": _iv(-5.0, 4.0), "b": _iv(-1.0, -0.5), "c": _iv(1.0, 2.0)}
+    assert stats.deciding_estimate(ests, threshold=0.0) == "b"      # wholly below: the conjunction fails
+    assert stats.deciding_estimate(ests) == "a"                     # no threshold: lowest lower end
+
+
+def test_deciding_estimate_sides_and_sequences():
+    ests = [_iv(0.5, 1.0), _iv(0.2, 3.0), _iv(-0.1, 0.1)]
+    assert stats.deciding_estimate(ests) == 2
+    assert stats.deciding_estimate(ests, side="high") == 1
+    assert stats.deciding_estimate(ests, side="high", threshold=0.4) == 0
+    assert stats.deciding_estimate(ests, side="abs") == 1
+    # the pick's verdict equals the conjunction's: every lower end above 0.3 fails or not on the pick
+    key = stats.deciding_estimate(ests, threshold=0.3)
+    assert (ests[key].low > 0.3) == all(e.low > 0.3 for e in ests)
+
+
+def test_deciding_estimate_rejects_bad_input():
+    with pytest.raises(ValueError):
+        stats.deciding_estimate([])
+    with pytest.raises(ValueError):
+        stats.deciding_estimate([_iv(0, 1)], side="middle")
+    with pytest.raises(TypeError):
+        stats.deciding_estimate([0.3])

@@ -806,6 +806,40 @@ def jackknife_se(values, statistic=np.mean) -> float:
     return float(np.sqrt((n - 1) / n * np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
 
 
+def deciding_estimate(estimates, *, side: str = "low", threshold: float | None = None):
+    """The key of the replicate that decides an "every replicate clears the bar" claim.
+
+    ``estimates`` is a mapping (or a sequence, keyed by position) of per-replicate
+    :class:`Estimate` objects, e.g. one per trained model. For a claim that *every* interval lies
+    above a threshold (``side="low"``), the conjunction fails as soon as one interval lies wholly at
+    or below it, so with a ``threshold`` such a replicate decides (the one with the lowest upper
+    end); otherwise the replicate with the lowest lower end decides. ``side="high"`` mirrors this
+    for "every interval below the threshold". ``side="abs"`` picks the largest absolute bound, for
+    an equivalence band around zero. Ties go to the first key, so the pick is deterministic.
+    """
+    items = list(estimates.items()) if hasattr(estimates, "items") else list(enumerate(estimates))
+    if not items:
+        raise ValueError("deciding_estimate needs at least one estimate")
+    for key, est in items:
+        if not isinstance(est, Estimate):
+            raise TypeError(f"estimate {key!r} is {type(est).__name__}, not Estimate")
+    if side == "low":
+        if threshold is not None:
+            failing = [(k, e) for k, e in items if e.high <= threshold]
+            if failing:
+                return min(failing, key=lambda kv: kv[1].high)[0]
+        return min(items, key=lambda kv: kv[1].low)[0]
+    if side == "high":
+        if threshold is not None:
+            failing = [(k, e) for k, e in items if e.low >= threshold]
+            if failing:
+                return max(failing, key=lambda kv: kv[1].low)[0]
+        return max(items, key=lambda kv: kv[1].high)[0]
+    if side == "abs":
+        return max(items, key=lambda kv: max(abs(kv[1].low), abs(kv[1].high)))[0]
+    raise ValueError(f"side must be 'low', 'high' or 'abs', got {side!r}")
+
+
 @dataclass(frozen=True)
 class OneSEPick:
     """The outcome of :func:`one_se_pick`: the index kept and what decided it."""
