@@ -156,11 +156,32 @@ def test_metrics():
     assert 0 < paper.dice_score(a, b) < 1
 
 
-def test_deciding_seed():
+def test_decide():
     from compendium.stats import Estimate
     est = {"seed 0": Estimate(1.0, 0.5, 1.5), "seed 1": Estimate(0.3, 0.1, 0.5), "seed 2": Estimate(-1, -2, -0.5)}
-    assert paper.deciding_seed(est, 0.0)[0] == "seed 2"
-    assert paper.deciding_seed({k: est[k] for k in ("seed 0", "seed 1")}, 0.0)[0] == "seed 1"
+    assert paper.decide(est, 0.0) == ("seed 2", est["seed 2"])
+    assert paper.decide({k: est[k] for k in ("seed 0", "seed 1")}, 0.0)[0] == "seed 1"
+    # a seed whose whole interval is below the bar decides even when another reaches lower
+    est["seed 3"] = Estimate(0.0, -5.0, 0.4)
+    assert paper.decide({k: est[k] for k in ("seed 0", "seed 3")}, 0.5)[0] == "seed 3"
+    assert paper.decide({k: est[k] for k in ("seed 2", "seed 3")}, 0.0)[0] == "seed 2"
+
+
+def test_frozen_and_cldice_heavy_weights_stay_fixed():
+    """The frozen-prior MASL keeps theta = 0 and Phi = the prior; the clDice-heavy arm keeps its
+    fixed weights on every sample; learned MASL moves theta."""
+    st = paper.AssetSettings(sizes=(32,), train_images=12, steps=3, batch_size=4, learning_rate=1e-2, base_width=4,
+                             modes=4, gate_dim=8, floor=0.05, prior_strength=1.0, num_seeds=2)
+    train = paper.training_set(np.random.default_rng(0), st.train_images, 32, st)
+    d = torch.from_numpy(train["descriptors"]).float()
+    for model, _ in paper.train_arm("s2m_masl_frozen", 4, train, st, [0, 1]):
+        assert torch.equal(model["masl"].theta, torch.zeros(5))
+        assert torch.equal(model["masl"].phi, paper.morphology_prior(1.0))
+    for model, _ in paper.train_arm("s2m_cldice_heavy", 4, train, st, [0, 1]):
+        w = model["masl"].weights(d)
+        assert torch.allclose(w, torch.tensor(paper.CLDICE_HEAVY_WEIGHTS).expand_as(w), atol=1e-6)
+    (learned, _), = paper.train_arm("s2m_masl", 4, train, st, 0)
+    assert not torch.equal(learned["masl"].theta, torch.zeros(5))
 
 
 # ---------------------------------------------------------------- training and a tiny run
@@ -173,7 +194,7 @@ def test_training_is_deterministic_and_arms_share_batches(monkeypatch):
     assert log1["losses"] == log2["losses"]
     for (k, a), b in zip(m1.state_dict().items(), m2.state_dict().values()):
         assert torch.equal(a, b), k
-    for arm in ("s2m_masl_permuted", "s2m_fixed5", "unet"):
+    for arm in ("s2m_masl_permuted", "s2m_fixed5", "s2m_masl_frozen", "s2m_cldice_heavy", "unet"):
         (_, log), = paper.train_arm(arm, 4, train, st, 0)
         assert np.isfinite(log["final_loss"])
 
@@ -222,7 +243,7 @@ def test_tiny_run(tmp_path, monkeypatch):
         "retina (skimage)": np.random.default_rng(3).random((side, side)), "camera (skimage)": np.random.default_rng(4).random((side, side))})
     paper.build_asset(tmp_path, "smoke", 0)
     models, meta = paper.load_models(tmp_path)
-    assert len(models) == 9 and all(len(v) == 2 for v in models.values())
+    assert len(models) == 11 and all(len(v) == 2 for v in models.values())
     cfg = paper.Config(test_per_family=3, energy_size=64, energy_modes=(4, 32), headline_modes=32, energy_synthetic=1,
                        attention_sizes=(8, 12, 16), sstm_sizes=(32, 40, 48), timing_channels=4, timing_repeats=1)
     result = paper.run(cfg, models, meta)
@@ -232,7 +253,12 @@ def test_tiny_run(tmp_path, monkeypatch):
     assert result.checks["identity_gap"] < 1e-5 and result.checks["corner_gradient"]["conv3x3 x4"] == 0.0
     assert m["flop_slope_attention"] > 1.7 and 0.9 < m["flop_slope_sstm"] < 1.3
     assert result.symbolic["spectrum_gap"] == 0 and result.symbolic["limit_is_infinite"]
-    assert m["masl_vs_dicebce"][1].n == 3 and len(m["table"]) == 7 * 3 and "hd95" in m["table"][0]
+    assert m["masl_vs_dicebce"][1].n == 3 and len(m["table"]) == 9 * 3 and "hd95" in m["table"][0]
+    for key in ("cldice_heavy_vs_dicebce", "frozen_vs_dicebce", "frozen_vs_learned", "unet_learned_32", "instrument_learned"):
+        assert m[key][0] in ("seed 0", "seed 1"), key
+    assert m["unet_learned_32"][1].n == 3 and 0 <= m["energy_retina"] <= 1
+    assert set(m["vessel_weights"]) >= {"s2m_masl", "s2m_masl_frozen", "s2m_cldice_heavy"}
+    assert m["vessel_weights"]["s2m_cldice_heavy"]["cldice"] == pytest.approx(0.6, abs=1e-4)
     with pytest.raises(ValueError):
         paper.Config(energy_modes=(4, 16), headline_modes=32)
 

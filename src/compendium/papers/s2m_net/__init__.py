@@ -51,6 +51,9 @@ Small-scale deviations
   parameters): far from converged.
 - Every arm trains at the first size (32 px at smoke, 96 px at full); at 128 px (full) only the
   plain U-Net and S2M-toy, which the mixer claim compares.
+- Two more loss arms at the first size answer why MASL fails here: MASL with theta and Phi
+  frozen at the prior (``s2m_masl_frozen``) and fixed weights that put 0.6 on soft-clDice
+  (``s2m_cldice_heavy``, ``CLDICE_HEAVY_WEIGHTS``), the power control of the clDice comparisons.
 - The multi-class variant is a drawn instrument (shaft + tip, 3 classes), trained for the plain
   U-Net and S2M-toy at the first size with class-weighted cross-entropy + foreground soft Dice; HD95
   (``morphology.hd95``, scipy distance transforms) is reported, not decided on.
@@ -59,6 +62,7 @@ Small-scale deviations
 from .experiment import (
     ARMS,
     ASSET_NAME,
+    CLDICE_HEAVY_WEIGHTS,
     INSTRUMENT_ARMS,
     LABELS,
     LOSS_ARMS,
@@ -67,7 +71,7 @@ from .experiment import (
     Config,
     Result,
     build_asset,
-    deciding_seed,
+    decide,
     evaluate,
     evaluate_instruments,
     load_models,

@@ -14,7 +14,7 @@ from torch import nn
 
 from compendium import data as cdata
 from compendium.stacking import StackedModules
-from compendium.stats import Estimate, loglog_slope, mean_interval, paired_difference
+from compendium.stats import Estimate, deciding_estimate, loglog_slope, mean_interval, paired_difference
 from compendium.training import TrainSpec, fit, seeded_init, torch_threads
 from compendium.validation import require_int
 
@@ -25,18 +25,22 @@ from .real import grey
 
 __all__ = ["ASSET_NAME", "ARMS", "MIXER_ARMS", "LOSS_ARMS", "INSTRUMENT_ARMS", "evaluate_instruments", "LABELS", "AssetSettings", "settings_for", "width_for",
            "training_set", "train_arm", "build_asset", "load_models", "Config", "Result", "run", "predict",
-           "evaluate", "deciding_seed", "time_layer", "real_images", "measurements"]
+           "evaluate", "decide", "CLDICE_HEAVY_WEIGHTS", "time_layer", "real_images", "measurements"]
 
 ASSET_NAME = "s2m_net_unets"
 MIXER_ARMS = ("unet", "attention", "fno", "s2m")
-LOSS_ARMS = ("s2m_masl", "s2m_masl_permuted", "s2m_fixed5")
+LOSS_ARMS = ("s2m_masl", "s2m_masl_permuted", "s2m_fixed5", "s2m_masl_frozen", "s2m_cldice_heavy")
+#: the power control's fixed weights on the normalised (Dice, BCE, focal, boundary, clDice) terms
+CLDICE_HEAVY_WEIGHTS = (0.15, 0.15, 0.05, 0.05, 0.6)
 INSTRUMENT_ARMS = ("unet_3class", "s2m_3class")     # the 3-class (background, shaft, tip) variant
 ARMS = {"unet": ("none", "dicebce"), "attention": ("attention", "dicebce"), "fno": ("fno", "dicebce"),
         "s2m": ("sstm", "dicebce"), "s2m_masl": ("sstm", "masl"), "s2m_masl_permuted": ("sstm", "masl_permuted"),
-        "s2m_fixed5": ("sstm", "fixed5"), "unet_3class": ("none", "multiclass"), "s2m_3class": ("sstm", "multiclass")}
+        "s2m_fixed5": ("sstm", "fixed5"), "s2m_masl_frozen": ("sstm", "masl_frozen"),
+        "s2m_cldice_heavy": ("sstm", "cldice_heavy"), "unet_3class": ("none", "multiclass"), "s2m_3class": ("sstm", "multiclass")}
 LABELS = {"unet": "U-Net", "attention": "U-Net + attention", "fno": "U-Net + FNO (ungated)", "s2m": "S2M-toy (SSTM)",
           "s2m_masl": "S2M-toy + MASL", "s2m_masl_permuted": "S2M-toy + MASL, permuted descriptors",
-          "s2m_fixed5": "S2M-toy + fixed 5-loss sum", "unet_3class": "U-Net, 3 classes", "s2m_3class": "S2M-toy, 3 classes"}
+          "s2m_fixed5": "S2M-toy + fixed 5-loss sum", "s2m_masl_frozen": "S2M-toy + MASL, theta and Phi frozen at the prior",
+          "s2m_cldice_heavy": "S2M-toy + clDice-heavy fixed weights", "unet_3class": "U-Net, 3 classes", "s2m_3class": "S2M-toy, 3 classes"}
 
 
 # ------------------------------------------------------------------ asset: the trained U-Nets
@@ -110,7 +114,16 @@ def train_arm(arm: str, width: int, train: dict, settings: AssetSettings, train_
             nets.append(L.TinyUNet(width, mixer, settings.modes, settings.gate_dim, classes=classes))
         if loss_kind not in ("dicebce", "multiclass"):   # the fixed sum is MASL with floor 1/5: every weight 1/5
             floor = 1.0 / len(M.LOSSES) if loss_kind == "fixed5" else settings.floor
-            masls.append(M.MASL(mean, std, floor=floor, prior_strength=settings.prior_strength))
+            if loss_kind == "cldice_heavy":   # fixed weights (floor 0, Phi 0, theta = log w), never trained
+                masl = M.MASL(mean, std, floor=0.0, prior_strength=0.0)
+                with torch.no_grad():
+                    masl.theta.copy_(torch.log(torch.tensor(CLDICE_HEAVY_WEIGHTS)))
+            else:
+                masl = M.MASL(mean, std, floor=floor, prior_strength=settings.prior_strength)
+            if loss_kind in ("masl_frozen", "cldice_heavy"):   # theta and Phi stay where they start
+                masl.theta.requires_grad_(False)
+                masl.phi.requires_grad_(False)
+            masls.append(masl)
     stack = StackedModules(nets)
     container = nn.ModuleDict({"stack": stack, **({"masl": nn.ModuleList(masls)} if masls else {})})
     batches = [np.random.default_rng(10_000 + k) for k in train_seeds]
@@ -290,11 +303,11 @@ def evaluate_instruments(container: nn.Module, test: dict) -> np.ndarray:
     return 100 * np.stack([M.multiclass_dice_scores(p, g, k) for p, g in zip(pred, test["labels"])])
 
 
-def deciding_seed(estimates: dict, threshold: float) -> tuple:
-    """For "every seed's interval lies above ``threshold``": a seed whose whole interval is at or
-    below it if any (the claim fails), else the seed with the lowest lower end."""
-    failing = [k for k, e in estimates.items() if e.high <= threshold]
-    key = failing[0] if failing else min(estimates, key=lambda k: estimates[k].low)
+def decide(estimates: dict, threshold: float) -> tuple:
+    """``(key, estimate)`` of the seed deciding "every seed's interval lies above ``threshold``"
+    (:func:`compendium.stats.deciding_estimate`: a seed whose whole interval is at or below it if
+    any, else the seed with the lowest lower end)."""
+    key = deciding_estimate(estimates, side="low", threshold=threshold)
     return key, estimates[key]
 
 
@@ -432,32 +445,45 @@ def measurements(result: Result) -> dict:
 
     for size in st["sizes"]:
         est = per_seed(size, "s2m", "unet", "dice", "vessels")
-        out[f"s2m_vs_unet_{size}"] = deciding_seed(est, -0.5)
+        out[f"s2m_vs_unet_{size}"] = decide(est, -0.5)
         out[f"s2m_vs_unet_{size}_all"] = est
-        unet = result.metrics[(size, "unet")]["dice"][:, result.families[size] == 0].mean(1)
-        out[f"unet_headroom_{size}"] = mean_interval(unet / 100, unit="trained models") if len(unet) > 1 else None
+        vessel_dice = result.metrics[(size, "unet")]["dice"][:, result.families[size] == 0] / 100   # (seeds, n)
+        unet = vessel_dice.mean(1)
+        out[f"unet_headroom_{size}"] = mean_interval(unet, unit="trained models") if len(unet) > 1 else None
+        learned = {f"seed {k}": mean_interval(d, unit="test images") for k, d in enumerate(vessel_dice)}
+        out[f"unet_learned_{size}"], out[f"unet_learned_{size}_all"] = decide(learned, 0.3), learned
         out[f"flop_ratio_{size}"] = result.flops[(size, "s2m")] / result.flops[(size, "unet")]
     size0 = st["sizes"][0]
     if all(a in result.instrument for a in INSTRUMENT_ARMS):
         s2m_i, unet_i = (result.instrument[a].mean(2) for a in ("s2m_3class", "unet_3class"))   # (seeds, n)
         est = {f"seed {k}": paired_difference(s2m_i[k], unet_i[k], unit="test images") for k in range(len(s2m_i))}
-        out["instrument_s2m_vs_unet"], out["instrument_s2m_vs_unet_all"] = deciding_seed(est, -0.5), est
+        out["instrument_s2m_vs_unet"], out["instrument_s2m_vs_unet_all"] = decide(est, -0.5), est
         out["instrument_headroom"] = mean_interval(unet_i.mean(1) / 100, unit="trained models")
+        learned = {f"seed {k}": mean_interval(d / 100, unit="test images") for k, d in enumerate(unet_i)}
+        out["instrument_learned"], out["instrument_learned_all"] = decide(learned, 0.3), learned
         out["instrument_table"] = [{"arm": LABELS[a], "parameters": result.params[(size0, a)],
                                     "MFLOPs": result.flops[(size0, a)] / 1e6,
                                     **{f"dice {c}": float(result.instrument[a][:, :, j].mean())
                                        for j, c in enumerate(S.INSTRUMENT_CLASSES[1:])},
                                     "dice mean": float(result.instrument[a].mean())} for a in INSTRUMENT_ARMS]
-    out["masl_vs_dicebce"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m", "cldice", "vessels"), 0.0)
-    out["masl_vs_permuted"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m_masl_permuted", "cldice", "vessels"), 0.0)
-    out["masl_vs_fixed5"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m_fixed5", "cldice", "vessels"), 0.0)
-    out["masl_ellipse_dice"] = deciding_seed(per_seed(size0, "s2m_masl", "s2m", "dice", "ellipses"), -1.0)
+    out["masl_vs_dicebce"] = decide(per_seed(size0, "s2m_masl", "s2m", "cldice", "vessels"), 0.0)
+    out["masl_vs_permuted"] = decide(per_seed(size0, "s2m_masl", "s2m_masl_permuted", "cldice", "vessels"), 0.0)
+    out["masl_vs_fixed5"] = decide(per_seed(size0, "s2m_masl", "s2m_fixed5", "cldice", "vessels"), 0.0)
+    out["masl_ellipse_dice"] = decide(per_seed(size0, "s2m_masl", "s2m", "dice", "ellipses"), -1.0)
+    if all((size0, a) in result.metrics for a in ("s2m_masl_frozen", "s2m_cldice_heavy")):
+        out["cldice_heavy_vs_dicebce"] = decide(per_seed(size0, "s2m_cldice_heavy", "s2m", "cldice", "vessels"), 0.0)
+        out["frozen_vs_dicebce"] = decide(per_seed(size0, "s2m_masl_frozen", "s2m", "cldice", "vessels"), 0.0)
+        out["frozen_vs_learned"] = decide(per_seed(size0, "s2m_masl_frozen", "s2m_masl", "cldice", "vessels"), 0.0)
+    # MASL's weights on the vessel training images (mean over seeds), learned and at the prior
+    out["vessel_weights"] = {arm: dict(zip(M.LOSSES, np.mean([w["vessels"] for w in ws], axis=0).round(4).tolist()))
+                             for arm, ws in result.masl_weights.items()}
     base = result.metrics[(size0, "s2m")]["cldice"][:, result.families[size0] == 0].mean(1)
     out["masl_headroom"] = mean_interval(base / 100, unit="trained models")
     params = {arm: p for (s, arm), p in result.params.items() if s == size0 and arm not in INSTRUMENT_ARMS}
     out["param_spread"] = max(abs(p / params["s2m"] - 1) for p in params.values())
     k = cfg.energy_modes.index(cfg.headline_modes)
     out["energy_photos"] = min(result.energy[n][k] for n in ("photo: china", "photo: flower"))
+    out["energy_retina"] = float(result.energy["retina (skimage)"][k])
     out["energy_noise"] = float(result.energy["white noise (control)"][k])
     for kind in ("attention", "sstm"):
         sides, secs = result.timing[kind]
