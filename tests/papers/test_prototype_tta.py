@@ -241,7 +241,8 @@ def test_tiny_run_is_deterministic(tiny_model):
 @pytest.mark.parametrize("bad", [dict(num_orders=1), dict(class_counts=(10,)), dict(class_counts=(30, 10)),
                                  dict(class_counts=(5, 10)), dict(contamination=1.0), dict(pta_mode="mean"),
                                  dict(alpha_grid=()), dict(beta_grid=(0.0,)), dict(samples_per_class=0),
-                                 dict(seed=-1), dict(validation_streams=0)])
+                                 dict(seed=-1), dict(validation_streams=0), dict(hyperparameters="best"),
+                                 dict(alpha=0.0), dict(beta=-1.0)])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         paper.Config(**bad)
@@ -285,7 +286,23 @@ def test_break_even_encoder_size():
 
 def test_encoder_gains_floor_is_zero_shot_minus_chance():
     table = {"zero-shot": np.array([[30.0, 50.0]]), "PTA": np.array([[40.0, 50.0]]), "TDA": np.array([[35.0, 45.0]]),
-             "PTA-uniform": np.array([[38.0, 48.0]])}
+             "PTA-uniform": np.array([[38.0, 48.0]]), "oracle": np.array([[44.0, 52.0]])}
     g = paper.encoder_gains({"accuracy": table, "contaminated": table})
     assert g["zero_shot_over_chance"] == pytest.approx(40.0 - 100.0 / paper.DIGIT_CLASSES)
     assert g["pta_vs_zero_shot"] == pytest.approx(5.0)
+    assert g["oracle_vs_zero_shot"] == pytest.approx(8.0)  # the power control's gain
+    assert g["tda_vs_zero_shot"] == pytest.approx(0.0)
+
+
+def test_hyperparameter_rules(tiny_model):
+    """fixed: both methods use (alpha, beta) whatever the validation grid says; validated: the grid's pick."""
+    split = {k: v[::10] for k, v in paper.split_indices_for(0).items()}
+    common = dict(num_orders=2, alpha_grid=(0.5, 8.0), beta_grid=(1.0, 8.0), validation_streams=2)
+    fixed = paper.adaptation(paper.Config(**common, alpha=3.0, beta=4.0), tiny_model, split, validation_grid=True)
+    assert fixed["hyper"] == {"PTA": (3.0, 4.0), "TDA": (3.0, 4.0)}
+    assert fixed["grids"]["PTA"].shape == (2, 2) and set(fixed["validated"]) == {"PTA", "TDA"}
+    assert paper.adaptation(paper.Config(**common), tiny_model, split)["grids"] is None  # not computed when unused
+    validated = paper.adaptation(paper.Config(**common, hyperparameters="validated"), tiny_model, split)
+    assert validated["hyper"] == fixed["validated"]
+    assert all(a in (0.5, 8.0) and b in (1.0, 8.0) for a, b in validated["hyper"].values())
+    assert (paper.PUBLISHED_ALPHA, paper.PUBLISHED_BETA) == (paper.Config().alpha, paper.Config().beta) == (2.0, 5.0)

@@ -19,6 +19,10 @@ METHODS = ("zero-shot", "PTA", "TDA")
 CONFIDENT = 0.9          # a "confidently wrong" sample: wrong zero-shot class with probability >= 0.9
 SCALING_DOMAIN = "noise"
 DRIFT_POINTS = 25
+# TDA's published positive-cache setting (its ImageNet configuration), fixed in advance for both
+# methods: they share the affinity read-out alpha exp(-beta (1 - cos)).
+PUBLISHED_ALPHA, PUBLISHED_BETA = 2.0, 5.0
+HYPERPARAMETER_RULES = ("fixed", "validated")
 # A wider grid evaluated on the target domains after the fact (exploratory; never used to choose).
 EXPLORATORY_ALPHAS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 EXPLORATORY_BETAS = (1.0, 3.0, 5.0, 8.0, 16.0)
@@ -37,6 +41,9 @@ class Config:
     alpha_grid: tuple = (0.5, 1.0, 2.0, 4.0, 8.0)
     beta_grid: tuple = (1.0, 3.0, 5.0, 8.0)
     validation_streams: int = 5
+    hyperparameters: str = "fixed"
+    alpha: float = PUBLISHED_ALPHA
+    beta: float = PUBLISHED_BETA
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -58,6 +65,10 @@ class Config:
             raise ValueError("alpha_grid and beta_grid must be non-empty lists of positive numbers")
         if not isinstance(self.validation_streams, int) or not 1 <= self.validation_streams <= 50:
             raise ValueError(f"validation_streams must be an integer in [1, 50], got {self.validation_streams!r}")
+        if self.hyperparameters not in HYPERPARAMETER_RULES:
+            raise ValueError(f"hyperparameters must be one of {', '.join(HYPERPARAMETER_RULES)}, got {self.hyperparameters!r}")
+        if not (self.alpha > 0 and self.beta > 0):
+            raise ValueError(f"alpha and beta must be positive, got ({self.alpha}, {self.beta})")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
@@ -71,8 +82,9 @@ class Result:
     """
 
     domains: tuple
-    hyper: dict                   # method -> (alpha, beta) chosen on the validation domain
-    validation: dict              # method -> (len(alpha_grid), len(beta_grid)) accuracy
+    hyper: dict                   # method -> (alpha, beta) used (fixed in advance, or validated)
+    validation: dict              # method -> (len(alpha_grid), len(beta_grid)) accuracy on the validation shift
+    validated: dict               # method -> (alpha, beta) the validation grid picks (used only if validated)
     accuracy: dict                # method -> (num_orders, domains) online accuracy; also "oracle"
                                   # (PTA read-out, label prototypes) and "centroid" (offline, labels)
     contaminated: dict            # method -> (num_orders, domains) accuracy on the genuine samples
@@ -232,11 +244,17 @@ def _time_methods(model, encoder, canvases, feats, logits, prompt_feats, hyper, 
     return medians
 
 
-def adaptation(config: Config, model: DualEncoder, split: dict) -> dict:
-    """Steps 1-3 for one trained encoder: validated hyper-parameters, target streams, contamination.
+def adaptation(config: Config, model: DualEncoder, split: dict, validation_grid: bool = False) -> dict:
+    """Steps 1-3 for one trained encoder: hyper-parameters, target streams, contamination.
 
-    Returns a dict with ``hyper``, ``grids`` (validation), ``accuracy`` and ``contaminated``
-    (method -> (num_orders, domains)), ``intruders`` and the repetition streams (``streams``).
+    With ``config.hyperparameters == "fixed"`` both methods use ``(config.alpha, config.beta)``
+    (TDA's published setting unless changed) and the validation grid is computed only when
+    ``validation_grid`` is true (to show where a validated choice would land); with ``"validated"``
+    each method takes the best cell of the grid on the validation shift.
+
+    Returns a dict with ``hyper`` (used), ``validated`` (the grid's pick, or None), ``grids``
+    (validation, or None), ``accuracy`` and ``contaminated`` (method -> (num_orders, domains)),
+    ``intruders`` and the repetition streams (``streams``).
     """
     model = model.eval()
     encoder = _Encoder(model)
@@ -246,14 +264,18 @@ def adaptation(config: Config, model: DualEncoder, split: dict) -> dict:
     mode = config.pta_mode
     domains = data.TARGET_DOMAINS
     R, D = config.num_orders, len(domains)
-    # 1. hyper-parameters on the validation domain (never a target domain)
-    val_streams = []
-    for v in range(config.validation_streams):  # independent draws of the validation shift
-        rng = make_rng(config.seed, 0) if v == 0 else make_rng(config.seed, 0, v)
-        canv, y_val = _domain_stream(data.VALIDATION_DOMAIN, images[val_idx], labels[val_idx],
-                                     rng.permutation(val_idx.size), rng)
-        val_streams.append((*encoder(canv, single_text), y_val))
-    hyper, grids = select_hyperparameters(val_streams, config, mode)
+    # 1. hyper-parameters: fixed in advance, or chosen on the validation domain (never a target domain)
+    validated, grids = None, None
+    if config.hyperparameters == "validated" or validation_grid:
+        val_streams = []
+        for v in range(config.validation_streams):  # independent draws of the validation shift
+            rng = make_rng(config.seed, 0) if v == 0 else make_rng(config.seed, 0, v)
+            canv, y_val = _domain_stream(data.VALIDATION_DOMAIN, images[val_idx], labels[val_idx],
+                                         rng.permutation(val_idx.size), rng)
+            val_streams.append((*encoder(canv, single_text), y_val))
+        validated, grids = select_hyperparameters(val_streams, config, mode)
+    fixed = (float(config.alpha), float(config.beta))
+    hyper = validated if config.hyperparameters == "validated" else {"PTA": fixed, "TDA": fixed}
 
     # 2. target domains, paired over repetitions (order and corruption draw); 3. contamination
     accuracy = {k: np.zeros((R, D)) for k in METHODS + ("PTA-uniform", "oracle", "centroid")}
@@ -293,7 +315,7 @@ def adaptation(config: Config, model: DualEncoder, split: dict) -> dict:
             if r == 0:
                 streams[("mixed", j)] = (ff, ss, yy, genuine)
 
-    return {"hyper": hyper, "grids": grids, "accuracy": accuracy, "contaminated": contaminated,
+    return {"hyper": hyper, "validated": validated, "grids": grids, "accuracy": accuracy, "contaminated": contaminated,
             "intruders": intruders, "streams": streams}
 
 
@@ -313,7 +335,7 @@ def run(config: Config, model: DualEncoder, split: dict, timing: bool = True) ->
     domains = data.TARGET_DOMAINS
     R, D = config.num_orders, len(domains)
 
-    adapted = adaptation(config, model, split)
+    adapted = adaptation(config, model, split, validation_grid=True)
     hyper, grids, streams = adapted["hyper"], adapted["grids"], adapted["streams"]
     accuracy, contaminated, intruders = adapted["accuracy"], adapted["contaminated"], adapted["intruders"]
 
@@ -384,7 +406,7 @@ def run(config: Config, model: DualEncoder, split: dict, timing: bool = True) ->
     slopes = {k: float(np.polyfit(logc, np.log(v), 1)[0]) for k, v in cost.items()}
     measured = {k: latency["zero-shot"] / v for k, v in latency.items()} if timing else {}
     return Result(
-        domains=domains, hyper=hyper, validation=grids, accuracy=accuracy, contaminated=contaminated,
+        domains=domains, hyper=hyper, validation=grids, validated=adapted["validated"], accuracy=accuracy, contaminated=contaminated,
         intruders=intruders, order_invariance=inv, closed_form_gap=closed, weight_zero_gap=zero_gap,
         order_sensitivity=sensitivity, drift=drift, target_grid=target_grid, class_counts=counts, scaling_accuracy=scaling_accuracy,
         cost=cost, occupancy=occupancy, slopes=slopes, latency_ns=latency if timing else {},
@@ -402,7 +424,8 @@ def encoder_gains(adapted: dict) -> dict:
 
     ``zero_shot_over_chance`` is the zero-shot accuracy minus chance (the learned-model floor).
     ``pta_vs_zero_shot``, ``pta_vs_tda``, ``pta_vs_uniform`` (confidence weighting against weight 1
-    on the predicted class), ``uniform_vs_zero_shot``, ``pta_contaminated`` (PTA - zero-shot on the
+    on the predicted class), ``uniform_vs_zero_shot``, ``oracle_vs_zero_shot`` (PTA's read-out on
+    prototypes built from the true labels: the power control), ``pta_contaminated`` (PTA - zero-shot on the
     genuine samples of contaminated streams), ``tda_contaminated`` and the premise checks
     ``tda_hurt`` / ``pta_hurt`` (clean-stream gain minus contaminated-stream gain over zero-shot).
     """
@@ -416,6 +439,7 @@ def encoder_gains(adapted: dict) -> dict:
         "pta_vs_uniform": m(a, "PTA") - m(a, "PTA-uniform"),
         "uniform_vs_zero_shot": m(a, "PTA-uniform") - zs,
         "tda_vs_zero_shot": m(a, "TDA") - zs,
+        "oracle_vs_zero_shot": m(a, "oracle") - zs,
         "pta_contaminated": m(c, "PTA") - m(c, "zero-shot"),
         "tda_contaminated": m(c, "TDA") - m(c, "zero-shot"),
         "tda_hurt": (m(a, "TDA") - zs) - (m(c, "TDA") - m(c, "zero-shot")),
