@@ -32,7 +32,8 @@ Small-scale deviations
   once per region).
 """
 
-from .experiment import (ASSET_NAME, DEV_SCENES, SETTINGS, TRAIN_SEEDS, VARIANT_SEEDS, Config, Result, build_asset,
+from .experiment import (ASSET_NAME, DEV_SCENES, SETTINGS, TRAIN_SEEDS, VARIANT_SEEDS, Config, Result, build_asset, deciding,
+                         global_recall, item_means, quadrant_rule_recall, region_items, seed_estimates, seeds_to_resolve,
                          choose_l3_form, load_choice, load_models, run, summarise)
 from .model import (L3_FORMS, VARIANTS, AlphaViT, DualEncoder, TextEncoder, TrainSettings, branch_losses, crop_resize,
                     evaluate, make_batches, recall_at_1, resolve_form, scene_recall, eval_tokens, train_variant)
