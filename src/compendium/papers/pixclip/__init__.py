@@ -30,6 +30,9 @@ Small-scale deviations
 - The global caption is the concatenation of every region's own descriptor (the content of all
   region texts; their relation clauses follow from the quadrants and would repeat each object
   once per region).
+- "In each seed" claims are judged per trained model by an interval over its test scenes (three
+  training seeds in one asset per scale); global retention is described, not decided: three
+  training seeds cannot resolve its 5-point margin.
 """
 
 from .experiment import (ASSET_NAME, DEV_SCENES, SETTINGS, TRAIN_SEEDS, VARIANT_SEEDS, Config, Result, build_asset, deciding,
