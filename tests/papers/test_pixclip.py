@@ -174,3 +174,34 @@ def test_text_spec_violations(monkeypatch):
     words = paper.scenes.global_words
     monkeypatch.setattr(paper.scenes, "global_words", lambda a, v: words(a, v)[:-7])   # drop one object
     assert paper.text_spec_violations(sc, np.random.default_rng(0))["global"] == len(sc.images)
+
+
+def test_region_items_agree_with_evaluate_and_permuted_masks():
+    sc = paper.make_scenes(24, np.random.default_rng(11), split="test")
+    tokens = paper.eval_tokens(sc, np.random.default_rng(12))
+    with seeded_init(3):
+        model = paper.DualEncoder(16).eval()
+    torch.nn.init.normal_(model.vision.alpha_embed.weight, std=0.2)
+    ref = paper.evaluate(model, "d_pixclip", sc, None, group=8, tokens=tokens)
+    items = paper.region_items(model, "d_pixclip", sc, tokens)
+    means = paper.item_means(items)
+    for key in ("region_r1_box", "region_r1_exact", "region_chance", "late_choice"):
+        assert means[key] == pytest.approx(ref[key])
+    h = items["held"]
+    both = np.concatenate([items["colour"][h], items["texture"][h]]).mean()
+    assert 100 * both == pytest.approx(ref["attribute_choice"])
+    assert paper.global_recall(model, sc, tokens, 8) == pytest.approx(ref["global_r1"])
+    # a model that ignores the mask gives the same R@1 whichever region's mask it gets
+    blind = paper.region_items(model, "c_long_nomask", sc, tokens)
+    assert np.array_equal(blind["hit_permuted"], blind["hit_box"])
+    assert not np.array_equal(items["hit_permuted"], items["hit_box"])
+
+
+def test_quadrant_rule_and_deciding_model():
+    sc = paper.make_scenes(30, np.random.default_rng(13), split="test")
+    assert paper.quadrant_rule_recall(sc) == 100.0          # one object per quadrant: position decides
+    scenes = np.repeat(np.arange(40), 2)
+    good, bad = np.full(80, 30.0) + np.tile([0, 1], 40), np.full(80, 5.0) + np.tile([0, 1], 40)
+    out = paper.deciding(paper.seed_estimates([good, bad, good], [scenes] * 3, 0, 1), 10.0)
+    assert out["model"] == 1 and out["estimate"].high < 10.0 and len(out["per_model"]) == 3
+    assert paper.seeds_to_resolve([1.0, 2.0, 3.0], 5.0) < paper.seeds_to_resolve([0.0, 20.0, 40.0], 5.0)

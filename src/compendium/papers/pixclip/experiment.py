@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from compendium.stats import mean_interval, paired_difference
+from scipy import stats as scipy_stats
+
+from compendium.stats import Estimate, cluster_bootstrap, deciding_estimate, mean_interval, paired_difference
 from compendium.training import torch_threads
 from compendium.validation import require_int
 
@@ -132,36 +134,150 @@ class Result:
     metrics: dict                 # variant -> metric -> list over training seeds (percent)
     scenes: S.Scenes
     stats: dict = field(default_factory=dict)
+    items: dict = field(default_factory=dict)   # variant -> [per-region arrays, one dict per training seed]
 
 
 def per_seed(metrics, variant, key):
     return np.asarray(metrics[variant][key], float)
 
 
-def summarise(metrics: dict) -> dict:
-    """Every number a ledger verdict reads (percentage points; unit = training seed)."""
+@torch.no_grad()
+def region_items(model, variant: str, sc: S.Scenes, tokens: dict) -> dict:
+    """Per valid test region (``np.nonzero(sc.valid)`` order) of one trained model, 0/1 or 0.5 values.
+
+    ``hit_box`` / ``hit_exact``: R@1 among the same scene's region texts with the box / exact mask
+    (ties share the credit); ``hit_permuted``: the same with every region given the box mask of the
+    next region of its scene (cyclically), scored against its own text; ``colour`` / ``texture``:
+    the two-alternative choice of the true text over the colour / texture foil (box mask);
+    ``scene``, ``held`` (held-out colour x shape pair), ``late`` (late-difference scene) and
+    ``chance`` (1 / regions in the scene) describe the region. :func:`model.evaluate` (the dev
+    rule the asset was built with) gives the same means on the held-out regions.
+    """
+    images = torch.from_numpy(sc.images)
+    idx = np.nonzero(sc.valid)
+    img = images[idx[0]]
+    unit = lambda x: torch.nn.functional.normalize(x, dim=-1).numpy()
+    t_true = unit(M.text_view(model, variant, torch.from_numpy(tokens["true"])))
+    foils = {k: unit(M.text_view(model, variant, torch.from_numpy(tokens[k]))) for k in ("colour", "texture")}
+    k = sc.valid.sum(1)[idx[0]]
+    start = np.concatenate([[0], np.cumsum(sc.valid.sum(1))[:-1]])[idx[0]]
+    nxt = start + (np.arange(len(idx[0])) - start + 1) % k            # the next region of the same scene
+    box = torch.from_numpy(sc.box[idx][:, None].astype(np.float32))
+    exact = torch.from_numpy(sc.exact[idx][:, None].astype(np.float32))
+    v_box, v_exact, v_perm = (unit(M.region_views(model, variant, img, m)) for m in (box, exact, box[nxt]))
+    true_s = (v_box * t_true).sum(1)
+    return {"scene": idx[0], "held": np.array([(int(c), int(s)) in set(S.HELD_OUT) for s, c in sc.attrs[idx][:, :2]]),
+            "late": sc.late[idx[0]], "chance": 1.0 / k,
+            "hit_box": M.scene_recall(v_box, t_true, idx, sc.valid),
+            "hit_exact": M.scene_recall(v_exact, t_true, idx, sc.valid),
+            "hit_permuted": M.scene_recall(v_perm, t_true, idx, sc.valid),
+            **{key: M._choice_accuracy(true_s, (v_box * f).sum(1)) for key, f in foils.items()}}
+
+
+@torch.no_grad()
+def global_recall(model, sc: S.Scenes, tokens: dict, group: int) -> float:
+    """Global R@1 (percent) of image vs caption in consecutive groups of ``group`` scenes."""
+    images = torch.from_numpy(sc.images)
+    unit = lambda x: torch.nn.functional.normalize(x, dim=-1).numpy()
+    g = unit(model.vision(images, torch.ones_like(images[:, :1])))
+    tg = unit(model.text(torch.from_numpy(tokens["global"])))
+    r1 = [M.recall_at_1(g[s:s + group] @ tg[s:s + group].T, np.arange(group)) for s in range(0, len(g) - group + 1, group)]
+    return 100 * float(np.mean(r1))
+
+
+def item_means(items: dict) -> dict:
+    """The per-model means (percent) the figures and prose read: region metrics on held-out pairs,
+    texture foils on every test region."""
+    h = items["held"]
+    late = h & items["late"]
+    return {"region_r1_box": 100 * float(items["hit_box"][h].mean()),
+            "region_r1_exact": 100 * float(items["hit_exact"][h].mean()),
+            "region_r1_permuted": 100 * float(items["hit_permuted"][h].mean()),
+            "region_chance": 100 * float(items["chance"][h].mean()),
+            "late_choice": 100 * float(items["colour"][late].mean()),
+            "early_choice": 100 * float(items["colour"][h & ~items["late"]].mean()),
+            "colour_choice": 100 * float(items["colour"][h].mean()),
+            "texture_choice": 100 * float(items["texture"].mean())}
+
+
+def quadrant_rule_recall(sc: S.Scenes) -> float:
+    """Same-scene R@1 (percent, held-out regions) of a hand-coded rule that ranks the region texts by
+    whether their quadrant word names the quadrant of the box's centre: position alone, no content."""
+    idx = np.nonzero(sc.valid)
+    texts = S.region_tokens(sc)[idx]
+    at = np.argmax(texts == S.TOKEN["at"], axis=1)                    # the region's own "at <quadrant>"
+    q_text = texts[np.arange(len(texts)), at + 1] - S.TOKEN[S.QUADRANTS[0]]
+    centre = np.array([[(y0 + y1) / 2, (x0 + x1) / 2] for y0, x0, y1, x1 in map(S.mask_to_bbox, sc.box[idx])])
+    q_box = 2 * (centre[:, 0] >= S.SIDE / 2) + (centre[:, 1] >= S.SIDE / 2)
+    hits = M.scene_recall(np.eye(4)[q_box], np.eye(4)[q_text], idx, sc.valid)
+    held = np.array([(int(c), int(s)) in set(S.HELD_OUT) for s, c in sc.attrs[idx][:, :2]])
+    return 100 * float(hits[held].mean())
+
+
+def seed_estimates(values: list, clusters: list, seed: int, tag: int) -> list[Estimate]:
+    """One cluster-bootstrap interval (test scenes as clusters) per trained model."""
+    return [cluster_bootstrap(v, c, unit="test scenes (one trained model)", rng=np.random.default_rng([seed, tag, k]))
+            for k, (v, c) in enumerate(zip(values, clusters))]
+
+
+def deciding(estimates: list[Estimate], threshold: float) -> dict:
+    """The trained model that decides "every model clears ``threshold``" and every model's interval."""
+    k = deciding_estimate(estimates, side="low", threshold=threshold)
+    return {"estimate": estimates[k], "model": int(k), "per_model": estimates}
+
+
+def seeds_to_resolve(differences, margin: float, level: float = 0.95, most: int = 500) -> int:
+    """Smallest number of paired training seeds whose t interval has half-width below ``margin`` at
+    the spread of ``differences`` (``most`` + 1 when none up to ``most`` does)."""
+    sd = float(np.std(differences, ddof=1))
+    for n in range(2, most + 1):
+        if scipy_stats.t.ppf(0.5 + level / 2, n - 1) * sd / np.sqrt(n) < margin:
+            return n
+    return most + 1
+
+
+def summarise(metrics: dict, items: dict, seed: int = 0) -> dict:
+    """Every number a ledger verdict reads (percentage points).
+
+    "In each training seed" rows: one interval per trained model over its test scenes (cluster
+    bootstrap, scenes as clusters) and the model that decides the conjunction
+    (:func:`compendium.stats.deciding_estimate`). Controls and descriptions: per-seed means.
+    """
     g = lambda v, k: per_seed(metrics, v, k)
     unit = "training seeds"
     d, c = g("d_pixclip", "region_r1_box"), g("c_long_nomask", "region_r1_box")
-    chance_late = 50.0
+    it = lambda v: items[v]
+    held = lambda v, f: [100 * f(x)[x["held"]] for x in it(v)]
+    scenes_held = lambda v: [x["scene"][x["held"]] for x in it(v)]
     out = {
-        "mask_gain_min": float(np.min(d - c)),
         "mask_gain": paired_difference(d, c, unit=unit),
         "c_chance_gap_max": float(np.max(np.abs(c - g("c_long_nomask", "region_chance")))),
-        "mask_only_chance_gap_max": float(np.max(np.abs(g("mask_only", "attribute_choice") - 50.0))),
-        "d_vs_mask_only_min": float(np.min(g("d_pixclip", "attribute_choice") - g("mask_only", "attribute_choice"))),
-        "short_late_gap_max": float(max(np.max(np.abs(g(v, "late_choice") - chance_late)) for v in ("a_clip_short", "b_mask_short"))),
-        "long_late_min": float(min(np.min(g(v, "late_choice")) for v in ("c_long_nomask", "d_pixclip"))),
-        "global_retention": paired_difference(g("d_pixclip", "global_r1"), g("global_clip", "global_r1"), unit=unit),
+        "permuted_over_chance_max": float(np.max(g("d_pixclip", "region_r1_permuted") - g("d_pixclip", "region_chance"))),
+        "mask_only_chance_gap_max": float(np.max(np.abs(g("mask_only", "texture_choice") - 50.0))),
+        "long_early_min": float(min(np.min(g(v, "early_choice")) for v in ("c_long_nomask", "d_pixclip"))),
+        "short_late_gap_max": float(max(np.max(np.abs(g(v, "late_choice") - 50.0)) for v in ("a_clip_short", "b_mask_short"))),
+        "global_difference": paired_difference(g("d_pixclip", "global_r1"), g("global_clip", "global_r1"), unit=unit),
         "global_clip_r1": mean_interval(g("global_clip", "global_r1"), unit=unit),
-        "shape_transfer_min": float(np.min(g("d_pixclip", "region_r1_exact") / np.maximum(d, 1e-9))),
-        # learned-model floors: worst seed's recall above chance
-        "d_over_chance_min": float(np.min(d - g("d_pixclip", "region_chance"))),
-        "global_clip_over_chance_min": float(np.min(g("global_clip", "global_r1") - g("global_clip", "global_chance"))),
+        "shape_transfer": g("d_pixclip", "region_r1_exact") / np.maximum(d, 1e-9),
     }
-    for variant, name in (("d_minus_l2", "L2"), ("d_minus_l3", "L3")):
-        out[f"branch_{name}_min"] = float(np.min(d - g(variant, "region_r1_box")))
-        out[f"branch_{name}"] = paired_difference(d, g(variant, "region_r1_box"), unit=unit)
+    out["global_seeds_needed"] = seeds_to_resolve(g("d_pixclip", "global_r1") - g("global_clip", "global_r1"), 5.0)
+    out["learned"] = deciding(seed_estimates(held("d_pixclip", lambda x: x["hit_box"] - x["chance"]),
+                                             scenes_held("d_pixclip"), seed, 1), 10.0)
+    out["masks_used"] = deciding(seed_estimates([a - b for a, b in zip(held("d_pixclip", lambda x: x["hit_box"]),
+                                                                         held("c_long_nomask", lambda x: x["hit_box"]))],
+                                                scenes_held("d_pixclip"), seed, 2), 20.0)
+    out["box_to_shape"] = deciding(seed_estimates(held("d_pixclip", lambda x: x["hit_exact"] - 0.9 * x["hit_box"]),
+                                                  scenes_held("d_pixclip"), seed, 3), 0.0)
+    out["beats_mask_only"] = deciding(seed_estimates([100 * (a["texture"] - b["texture"]) for a, b in zip(it("d_pixclip"), it("mask_only"))],
+                                                     [x["scene"] for x in it("d_pixclip")], seed, 4), 20.0)
+    late = [(v, x) for v in ("c_long_nomask", "d_pixclip") for x in it(v)]
+    out["long_text"] = deciding(seed_estimates([100 * x["colour"][x["held"] & x["late"]] for _, x in late],
+                                               [x["scene"][x["held"] & x["late"]] for _, x in late], seed, 5), 90.0)
+    out["long_text"]["models"] = [f"{v} seed {k % TRAIN_SEEDS}" for k, (v, _) in enumerate(late)]
+    for tag, (variant, name) in enumerate((("d_minus_l2", "L2"), ("d_minus_l3", "L3")), start=6):
+        diff = [a - b for a, b in zip(held("d_pixclip", lambda x: x["hit_box"]), held(variant, lambda x: x["hit_box"]))]
+        out[f"branch_{name}"] = deciding(seed_estimates(diff, scenes_held("d_pixclip"), seed, tag), 2.0)
+        out[f"branch_{name}_seeds"] = paired_difference(d, g(variant, "region_r1_box"), unit=unit)
     out["l3_other_gap"] = paired_difference(d, g("d_pixclip_other", "region_r1_box"), unit=unit)
     return out
 
@@ -170,11 +286,11 @@ def run(config: Config, models: dict[str, list]) -> Result:
     """Evaluate every trained model on ``config.test_scenes`` test scenes drawn from ``config.seed``."""
     sc = S.make_scenes(config.test_scenes, np.random.default_rng([config.seed, 7]), split="test")
     tokens = M.eval_tokens(sc, np.random.default_rng([config.seed, 8]))
-    metrics = {}
+    metrics, items = {}, {}
     with torch.no_grad(), torch_threads(1):
         for variant, ms in models.items():
-            rows = [M.evaluate(m, variant, sc, None, group=config.global_group, tokens=tokens) for m in ms]
+            items[variant] = [region_items(m, variant, sc, tokens) for m in ms]
+            rows = [{**item_means(x), "global_r1": global_recall(m, sc, tokens, config.global_group),
+                     "global_chance": 100.0 / config.global_group} for m, x in zip(ms, items[variant])]
             metrics[variant] = {k: [r[k] for r in rows] for k in rows[0]}
-    return Result(metrics=metrics, scenes=sc, stats=summarise(metrics))
-
-
+    return Result(metrics=metrics, scenes=sc, stats=summarise(metrics, items, config.seed), items=items)
