@@ -46,9 +46,10 @@ def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
         return AssetSettings(steps=130, batch=16, pool=768, num_seeds=3, learning_rate=1e-2)
     if scale == "full":
-        # 1500 steps: a one-seed pilot of D (flow, elongated objects, proxy levels 1-4, 256 far-gap
-        # test triplets with the copy at IoU 0.458) reached IoU 0.495 after 600 steps, short of the
-        # floor's copy + 0.05, and 0.563 after 1500 (N at 600 steps: 0.423)
+        # 1500 steps, from a one-seed pilot (flow, elongated objects, training seed 0, 256 far-gap
+        # test triplets on which the pose-A copy has IoU 0.458): with proxy levels 2-3 and 600
+        # steps D reached IoU 0.495 (N 0.423), short of the floor's copy + 0.05; with levels 1-4
+        # and 1500 steps D reached 0.563 and N 0.420 (D - N 0.143, below the headline's 0.2)
         return AssetSettings(steps=1500, batch=32, pool=2048, num_seeds=3, learning_rate=1e-2, objective="flow",
                              sample_steps=8)
     raise ValueError(f"unknown scale {scale!r}")
