@@ -29,13 +29,20 @@ def rotation(pose) -> np.ndarray:
     return rz @ rx @ ry
 
 
+BASE_LONG = (0.65, 0.85)  # half-length of the base box along its long (object x) axis
+BASE_THIN = (0.15, 0.25)  # half-widths along the other two axes
+
+
 def random_shapes(rng: np.random.Generator, n: int, max_boxes: int = 3):
-    """``n`` objects of 2..max_boxes axis-aligned boxes (a base box and attached parts) with six
-    per-face colours each. Returns ``(lo, hi, valid, colours)`` of shapes (n, K, 3), (n, K, 3),
-    (n, K) and (n, 6, 3)."""
+    """``n`` objects of 2..max_boxes axis-aligned boxes (an elongated base box and attached parts)
+    with six per-face colours each. The base box is long along the object's x axis
+    (``BASE_LONG``) and thin along y and z (``BASE_THIN``), so that a yaw turn changes the
+    silhouette: a compact object looks alike from every side, and copying the reference view would
+    then be a strong answer at any pose. Returns ``(lo, hi, valid, colours)`` of shapes
+    (n, K, 3), (n, K, 3), (n, K) and (n, 6, 3)."""
     lo = np.zeros((n, max_boxes, 3))
     hi = np.zeros((n, max_boxes, 3))
-    base = rng.uniform(0.25, 0.45, (n, 3))
+    base = np.stack([rng.uniform(*BASE_LONG, n), rng.uniform(*BASE_THIN, n), rng.uniform(*BASE_THIN, n)], -1)
     lo[:, 0], hi[:, 0] = -base, base
     valid = np.zeros((n, max_boxes), bool)
     valid[:, 0] = True
