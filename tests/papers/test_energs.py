@@ -1,4 +1,5 @@
 """EnerGS library checks: Claim 2 constants, barrier, clipping, renderer vs reference + gradcheck."""
+import dataclasses
 import math
 
 import numpy as np
@@ -207,6 +208,7 @@ def _prop1_worst(h, p, eta, r_min, check_r=True):
 
 
 # ----------------------------------------------------------------------------- experiment
+from compendium.papers import energs  # noqa: E402
 from compendium.papers.energs import criteria, theory  # noqa: E402
 from compendium.papers.energs import experiment as ex  # noqa: E402
 
@@ -268,6 +270,35 @@ def test_decoupled_update_means_move_only_by_relax():
     m = ex.train_arm("energs", cams, imgs, fields, occ, tp2, EnergyParams(), 3)
     step = (m.t["mu"] - ref).norm(dim=1)
     assert step.max() <= 15 * 0.125 + 1e-5 and step.max() > 0.1  # clipped to 0.5 voxel per step
+
+
+def test_arms_differ_in_one_factor():
+    """lidar_init is the hard prior without its chamfer loss (same init); energs_nobarrier is EnerGS
+    with lam = 0, pruning kept."""
+    fields, occ, gt, cams, imgs = _tiny_setup()
+    assert set(ex.LIDAR_INIT_ARMS) == {"hard_prior", "lidar_init"}
+    assert {"energs", "energs_nobarrier"} <= set(ex.PRUNE_ARMS) and "vanilla" not in ex.PRUNE_ARMS
+    tp0 = ex.TrainParams(n_gaussians=40, iterations=1, densify_every=10**6, prune_every=10**6)
+    a = ex.train_arm("hard_prior", cams, imgs, fields, occ, tp0, EnergyParams(), 5)
+    b = ex.train_arm("lidar_init", cams, imgs, fields, occ, tp0, EnergyParams(), 5)
+    # one step from the same LiDAR points: apart by at most an Adam step of the means
+    assert (a.t["mu"] - b.t["mu"]).abs().max() <= 2 * tp0.lr_mu + 1e-5
+    tp = ex.TrainParams(n_gaussians=40, iterations=12, densify_every=10**6, prune_every=10**6)
+    a = ex.train_arm("hard_prior", cams, imgs, fields, occ, dataclasses.replace(tp, chamfer_weight=0.0),
+                     EnergyParams(), 5)
+    b = ex.train_arm("lidar_init", cams, imgs, fields, occ, tp, EnergyParams(), 5)
+    assert torch.allclose(a.t["mu"], b.t["mu"])  # chamfer weight 0: the same model
+    c = ex.train_arm("hard_prior", cams, imgs, fields, occ, dataclasses.replace(tp, chamfer_weight=10.0),
+                     EnergyParams(), 5)
+    assert (c.t["mu"] - b.t["mu"]).abs().max() > 1e-3  # power: the constraint moves the means
+    # both energy arms prune every FREE Gaussian with d_trust >= delta at a prune step
+    tpp = ex.TrainParams(n_gaussians=40, iterations=3, densify_every=10**6, prune_every=2, relax_lr=0.0)
+    for arm in ("energs", "energs_nobarrier", "vanilla_prune"):
+        m = ex.train_arm(arm, cams, imgs, fields, occ, tpp, EnergyParams(), 5)
+        f = energs.field_lookup(m.t["mu"].detach().numpy().astype(float), fields, ex.EXTENT, tpp.voxel)
+        assert not (f["free"] & (f["d_trust"] >= tpp.prune_dtrust)).any(), arm
+    m = ex.train_arm("vanilla", cams, imgs, fields, occ, tpp, EnergyParams(), 5)
+    assert len(m) == 20  # no pruning in vanilla
 
 
 def test_run_tiny_equal_budget_and_paired():
@@ -357,12 +388,17 @@ def test_criteria_rows_and_training_seed_sweep(tmp_path, monkeypatch):
     est = lambda lo, hi: Estimate(point=(lo + hi) / 2, low=lo, high=hi, level=0.95, unit="seeds", n=5, method="t")  # noqa: E731
     H = {"sparse": {"vanilla_psnr": est(12, 14), "vanilla_gap": est(0.5, 1.5), "nobarrier_leak_excess": est(-0.1, -0.05),
                     "leak_excess": est(-0.1, -0.01), "psnr_diff": est(-0.05, 0.2), "gap_diff": est(0.1, 0.3),
-                    "blind_chamfer_diff": est(-1, -0.5), "blind_psnr_diff": est(-1, 1), "leak_vs_prune": est(-1, 0.1)}}
+                    "blind_chamfer_diff": est(-1, -0.5), "blind_psnr_diff": est(-1, 1), "leak_vs_prune": est(-1, 0.1),
+                    "constraint_chamfer": est(0.1, 0.4), "constraint_blind_psnr": est(-2, -1)}}
     v = criteria.verdicts(H)
     assert v == {"headroom-sparse": "pass", "overfit-sparse": "inconclusive", "nobarrier-leak-sparse": "fail",
                  "leak-halved-sparse": "pass", "psnr-noninferior-sparse": "pass", "gap-smaller-sparse": "fail",
                  "blind-chamfer-sparse": "pass", "blind-psnr-sparse": "inconclusive",
-                 "energy-beats-pruning-sparse": "inconclusive"}
+                 "energy-beats-pruning-sparse": "inconclusive", "blind-chamfer-constraint-sparse": "pass",
+                 "blind-psnr-constraint-sparse": "fail"}
+    assert criteria.required("sparse", "gap-smaller") == ["psnr-noninferior-sparse"]
+    assert criteria.required("sparse", "leak-halved") == []
+    assert all(r in criteria.ROWS for rs in criteria.REQUIRES.values() for r in rs)
     monkeypatch.setitem(ex.SCALES, "smoke", dict(n_seeds=2, n_gaussians=16, iterations=10, n_test_views=2,
                                                  chamfer_grid=(1.0,), settings=("sparse",)))
     sweep = criteria.training_seed_sweep([3], "smoke", work_dir=tmp_path)

@@ -34,7 +34,7 @@ On the voxel grid, Claim 2 holds on every deep-FREE voxel whose central-differen
 unit vector; it is void (not violated) on the few medial-axis voxels where that difference
 vanishes (tested).
 
-The scene, the five training arms, the hard prior's dev-split tuning, the metrics, ``Config`` /
+The scene, the six training arms, the hard prior's dev-split tuning, the metrics, ``Config`` /
 ``run`` and the asset builder live in ``compendium.papers.energs.experiment``; the ledger's theory
 checks in ``.theory``; the headline rows' criteria, the training-seed sweep and the cross-scale
 comparison in ``.criteria``. The chapter is ``notebooks/vision/energs.md``.

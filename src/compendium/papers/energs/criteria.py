@@ -19,6 +19,18 @@ ROWS = {
     "blind-chamfer": ("blind_chamfer_diff", at_most(0.0)),
     "blind-psnr": ("blind_psnr_diff", at_least(0.0)),
     "energy-beats-pruning": ("leak_vs_prune", at_most(0.0)),
+    # the hard constraint alone: hard prior against the LiDAR-init-only arm (same init, same seeds)
+    "blind-chamfer-constraint": ("constraint_chamfer", at_least(0.0)),
+    "blind-psnr-constraint": ("constraint_blind_psnr", at_least(0.0)),
+}
+
+#: rows gated on another row of the same setting (``requires``): a smaller gap counts only where the
+#: test PSNR is not worse (not through underfitting), and "hard constraints hurt" only where the
+#: constraint, not the LiDAR initialisation, is what separates the hard prior.
+REQUIRES = {
+    "gap-smaller": ("psnr-noninferior",),
+    "blind-chamfer": ("blind-chamfer-constraint",),
+    "blind-psnr": ("blind-psnr-constraint",),
 }
 
 
@@ -26,6 +38,11 @@ def row(H, setting, name):
     """(measured Estimate, criterion) of row ``name`` in ``setting``."""
     key, crit = ROWS[name]
     return H[setting][key], crit
+
+
+def required(setting, name):
+    """Ids of the rows that row ``name`` of ``setting`` requires (see ``REQUIRES``)."""
+    return [f"{r}-{setting}" for r in REQUIRES.get(name, ())]
 
 
 def verdicts(H):
