@@ -136,7 +136,7 @@ class AssetSettings:
 
 def settings_for(scale: str) -> AssetSettings:
     """Smoke: the four models the headline compares, short training; full: all five, 2000 steps
-    (about 19 CPU minutes for the 25 models, one thread). Both keep snapshots at 1/8, 1/4 and 1/2
+    (about 25 CPU minutes for the 25 models, one thread). Both keep snapshots at 1/8, 1/4 and 1/2
     of the run (the accuracy-against-steps curve and the convergence check)."""
     if scale == "smoke":
         return AssetSettings(architectures=("gcn", "gin", "gat", "gatedgcn"), num_seeds=5, steps=100,
