@@ -13,6 +13,7 @@ from compendium.stats import Estimate
 
 TINY = dict(eval_pairs=4, generator_pairs=20, baseline_pairs=2, lp_matrices=3, lp_size=4, probe_graphs=2,
             probe_steps=3, num_nodes=12, mean_degree=3.0)
+TINY_E0 = 2                      # index of the default headline_eta (0.1) in the default grid
 
 
 def _pairs(G=6, n=20, eta=0.1, seed=0):
@@ -154,6 +155,46 @@ def test_difficulty_margin_and_each_estimate():
     est = {"x": Estimate(0.2, 0.1, 0.3), "y": Estimate(0.1, 0.02, 0.2), "z": Estimate(-0.1, -0.2, -0.05)}
     assert paper.each_estimate(est, 0.0)[0] == "z"
     assert paper.each_estimate({k: est[k] for k in "xy"}, 0.0)[0] == "y"
+
+
+def test_minimum_detectable_effect():
+    d = np.array([0.1, 0.3, -0.2, 0.0, 0.4])
+    t = scipy.stats.t.ppf(0.95, 4) + scipy.stats.t.ppf(0.8, 4)
+    assert paper.minimum_detectable_effect(d) == pytest.approx(t * d.std(ddof=1) / np.sqrt(5))
+    assert paper.minimum_detectable_effect(2 * d) == pytest.approx(2 * paper.minimum_detectable_effect(d))
+    with pytest.raises(ValueError):
+        paper.minimum_detectable_effect([0.1])
+
+
+def test_spectral_embedding_lets_the_probe_read_edges():
+    rng = np.random.default_rng(11)
+    A = paper.erdos_renyi(8, 50, 6.0, rng)
+    H = torch.as_tensor(paper.spectral_embedding(A, 32), dtype=torch.float32)
+    assert paper.probe_balanced_accuracy(H[:4], A[:4], H[4:], A[4:], 100, 0) > 0.8
+    assert paper.spectral_embedding(A[:1, :12, :12], 32).shape == (1, 12, 32)     # padded where dim > n
+
+
+def test_snapshots_leave_training_unchanged_and_load(tmp_path, monkeypatch):
+    base = paper.AssetSettings(architectures=("gcn", "gat"), num_seeds=2, steps=4, batch_pairs=2,
+                               param_target=3000, num_nodes=12, mean_degree=3.0)
+    snap = paper.AssetSettings(**{**base.__dict__, "checkpoints": (2,)})
+    width = paper.width_for("gat", 3000)
+    plain, _ = paper.train_model("gat", width, base, 0)
+    kept, _ = paper.train_model("gat", width, snap, 0)
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), kept.state_dict().values()))
+    assert set(kept.snapshots) == {2}
+    assert not all(torch.equal(a, b) for a, b in zip(kept.snapshots[2].values(), kept.state_dict().values()))
+    monkeypatch.setattr(paper.models, "settings_for", lambda scale: snap)
+    paper.build_asset(tmp_path, "smoke", 0)
+    ckpt = paper.load_checkpoints(tmp_path)
+    assert set(ckpt) == {"gcn", "gat"} and set(ckpt["gat"]) == {2, 4} and len(ckpt["gat"][2]) == 2
+    models, _ = paper.load_models(tmp_path)
+    res = paper.run(paper.Config(**TINY), models, ckpt)
+    assert res.curve_steps == (2, 4) and res.curve["gat"].shape == (2, 2)
+    assert np.array_equal(res.curve["gat"][:, -1], res.lap["gat"][:, TINY_E0])
+    meas = paper.measurements(res)
+    assert set(meas["convergence_pairs"]) == {"gcn", "gat"} and len(meas["gap_curve"]["gat-gcn"]) == 2
+    assert meas["mde"] >= 0 and 0.0 <= res.probe_spectral <= 1.0
 
 
 def test_probe_reads_planted_structure():

@@ -43,14 +43,19 @@ Small-scale deviations
   (ngmb: about 60k), output dimension 32 (ngmb: 64).
 - One model per architecture and training seed, trained on pairs whose eta is drawn uniformly
   from the grid and evaluated at every eta; ngmb trains one model per eta.
-- Short training on fresh pairs: 100 steps of 8 pairs at smoke scale, 250 at full (ngmb: 300
-  epochs of 2000 pairs). The smoke models are far from converged.
+- Short training on fresh pairs: 100 steps of 8 pairs at smoke scale, 2000 at full (ngmb: 300
+  epochs of 2000 pairs). The smoke models are far from converged; snapshots at 1/8, 1/4 and 1/2
+  of each run give the headline gap against training steps, and the ``training-converged``
+  precondition (gain over the last half at most ``CONVERGENCE_TOLERANCE``) gates every claim on
+  the trained models.
 - GGNN only at full scale (smoke trains the four models the headline compares).
 - Every model starts with ``GCNConv(1, width)`` (ngmb does too), GraphNorm after every layer.
 - The LAP is solved on S itself: ngmb's row softmax changes only row constants in log space.
 """
 
 from .experiment import (
+    CONVERGENCE_TOLERANCE,
+    PAPER_GAP,
     BilinearProbe,
     Config,
     Result,
@@ -58,11 +63,13 @@ from .experiment import (
     each_estimate,
     evaluate_model,
     measurements,
+    minimum_detectable_effect,
     probe_balanced_accuracy,
     regular_degree_gap,
     relabel_pairs,
     run,
     significant_pairs,
+    spectral_embedding,
 )
 from .graphs import (
     assignment_lp_value,
@@ -92,6 +99,7 @@ from .models import (
     alignment_loss,
     build_asset,
     embed,
+    load_checkpoints,
     load_models,
     parameter_count,
     settings_for,

@@ -11,7 +11,7 @@ import sympy
 import torch
 from torch import nn
 
-from compendium.stats import Estimate, holm, mean_interval, paired_difference
+from compendium.stats import Estimate, deciding_estimate, holm, mean_interval, paired_difference
 from compendium.training import TrainSpec, fit, seeded_init
 from compendium.validation import require_int, require_number
 
@@ -20,7 +20,11 @@ from .models import ANISOTROPIC, ISOTROPIC, SiameseGNN, embed, similarity
 
 __all__ = ["Config", "Result", "run", "regular_degree_gap", "each_estimate", "significant_pairs",
            "difficulty_margin", "BilinearProbe", "probe_balanced_accuracy", "evaluate_model",
-           "relabel_pairs", "measurements"]
+           "relabel_pairs", "measurements", "minimum_detectable_effect", "spectral_embedding", "PAPER_GAP",
+           "CONVERGENCE_TOLERANCE"]
+
+PAPER_GAP = 0.164             # GAT 0.658 - GCN 0.494 at eta = 0.12 (the paper, 7 runs of the authors' code)
+CONVERGENCE_TOLERANCE = 0.02  # most LAP accuracy a headline model may still gain over its last training half
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,38 @@ def regular_degree_gap():
     return sympy.simplify(d - removed + added - d)
 
 
-def each_estimate(estimates: dict, threshold: float) -> tuple[str, Estimate]:
-    """The estimate that decides "every one exceeds ``threshold``": one whose whole interval is at
-    or below it if any (fail), else the one with the lowest lower end (pass iff it passes)."""
-    failing = [k for k, e in estimates.items() if e.high <= threshold]
-    key = failing[0] if failing else min(estimates, key=lambda k: estimates[k].low)
+def each_estimate(estimates: dict, threshold: float, side: str = "low") -> tuple[str, Estimate]:
+    """The estimate that decides "every one exceeds ``threshold``" (``side="low"``) or "every one
+    stays below it" (``side="high"``): :func:`compendium.stats.deciding_estimate`'s rule."""
+    key = deciding_estimate(estimates, side=side, threshold=threshold)
     return key, estimates[key]
+
+
+def minimum_detectable_effect(differences, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Smallest mean difference a one-sided paired t test at ``alpha`` detects with ``power``, given
+    the spread of these paired differences: ``(t_{1-alpha} + t_{power}) sd / sqrt(K)``, df = K - 1."""
+    d = np.asarray(differences, dtype=float)
+    K = len(d)
+    if K < 2:
+        raise ValueError("need at least two paired differences")
+    t = scipy.stats.t.ppf(1 - alpha, K - 1) + scipy.stats.t.ppf(power, K - 1)
+    return float(t * d.std(ddof=1) / np.sqrt(K))
+
+
+def spectral_embedding(A: np.ndarray, dim: int) -> np.ndarray:
+    """``(G, n, dim)`` node embeddings that carry the edges: the eigenvectors of the ``dim // 2``
+    largest and the ``dim - dim // 2`` most negative eigenvalues (in that order), scaled by
+    sqrt|eigenvalue|, so that one bilinear form, ``diag(+1, ..., -1, ...)``, gives every graph's
+    rank-``dim`` approximation of A. The edge probe's positive control."""
+    out = np.zeros(A.shape[:2] + (dim,))          # zero columns where dim > n
+    for i, a in enumerate(np.asarray(A, dtype=float)):
+        w, v = np.linalg.eigh(a)                   # ascending
+        n = len(w)
+        pos = np.arange(n - 1, n - 1 - min(dim // 2, n), -1)
+        neg = np.arange(0, min(dim - dim // 2, n - len(pos)))
+        out[i, :, :len(pos)] = v[:, pos] * np.sqrt(np.abs(w[pos]))
+        out[i, :, dim // 2: dim // 2 + len(neg)] = v[:, neg] * np.sqrt(np.abs(w[neg]))
+    return out
 
 
 def significant_pairs(per_seed: dict, alpha: float = 0.05) -> tuple[int, dict]:
@@ -175,6 +205,9 @@ class Result:
     baselines: dict = field(default_factory=dict)    # name -> (E,) mean LAP accuracy
     generator: dict = field(default_factory=dict)
     probe: dict = field(default_factory=dict)        # arch -> {"trained", "random", "shuffled"}: (K,)
+    curve_steps: tuple = ()                          # training steps of the snapshots (final last)
+    curve: dict = field(default_factory=dict)        # arch -> (K, C) LAP accuracy at headline_eta per snapshot
+    probe_spectral: float = float("nan")             # edge probe on spectral embeddings (positive control)
     equivariance_gap: float = float("nan")       # max |S(tau A, tau B)[tau i, tau j] - S(A, B)[i, j]|
     relabel_accuracy_gap: float = float("nan")   # max change of mean LAP accuracy (ties only)
     lp_gap: float = float("nan")
@@ -182,8 +215,10 @@ class Result:
     example: dict = field(default_factory=dict)
 
 
-def run(config: Config, models: dict) -> Result:
-    """Run every measurement of the chapter on the trained ``models`` (``{arch: [model per seed]}``)."""
+def run(config: Config, models: dict, checkpoints: dict | None = None) -> Result:
+    """Run every measurement of the chapter on the trained ``models`` (``{arch: [model per seed]}``);
+    ``checkpoints`` (``{arch: {step: [model per seed]}}``, :func:`models.load_checkpoints`) adds the
+    headline accuracy along training."""
     rng = np.random.default_rng([config.seed, 42])
     n, d = config.num_nodes, config.mean_degree
     res = Result(config=config, architectures=tuple(models))
@@ -226,6 +261,22 @@ def run(config: Config, models: dict) -> Result:
             res.unrelated_lap[arch][k] = lap.mean()
             res.unrelated_z[arch][k] = (lap.mean() - 1 / n) / (lap.std(ddof=1) / np.sqrt(len(lap)))
 
+    # the headline accuracy along training (snapshots of the same runs, same evaluation pairs)
+    e0 = config.etas.index(config.headline_eta)
+    if checkpoints:
+        steps = sorted(set.intersection(*(set(v) for v in checkpoints.values())))
+        res.curve_steps = tuple(int(s) for s in steps)
+        for arch, by_step in checkpoints.items():
+            if arch not in models:
+                continue
+            res.curve[arch] = np.empty((len(models[arch]), len(steps)))
+            for c, step in enumerate(steps):
+                for k, model in enumerate(by_step[step]):
+                    if step == steps[-1]:
+                        res.curve[arch][k, c] = res.lap[arch][k, e0]      # the final models, already scored
+                    else:
+                        res.curve[arch][k, c] = evaluate_model(model, *pairs[config.headline_eta])["lap"].mean()
+
     # exact equivariance: relabel both graphs by one permutation (float64 copies, first seed)
     A, Bp, perm = (x[:20] for x in pairs[config.headline_eta])
     A2, B2, perm2, tau = relabel_pairs(A, Bp, perm, rng)
@@ -264,6 +315,10 @@ def run(config: Config, models: dict) -> Result:
                     Hsh = torch.gather(Hte, 1, shuffle[..., None].expand_as(Hte))
                     res.probe[arch]["shuffled"].append(probe_balanced_accuracy(Htr, tr, Hsh, te, config.probe_steps, k))
         res.probe[arch] = {key: np.array(v) for key, v in res.probe[arch].items()}
+    # positive control: the same probe on embeddings that carry the edges (spectral, same dimension)
+    dim = next(iter(models.values()))[0].out_dim
+    Str, Ste = (torch.as_tensor(spectral_embedding(x, dim), dtype=torch.float32) for x in (tr, te))
+    res.probe_spectral = probe_balanced_accuracy(Str, tr, Ste, te, config.probe_steps, 0)
 
     # one aligned pair to draw
     A, Bp, perm = (x[:1] for x in pairs[config.headline_eta])
@@ -304,6 +359,22 @@ def measurements(res: Result) -> dict:
              for a in ANISOTROPIC for b in ISOTROPIC if a in res.lap and b in res.lap}
     out["headline_pairs"] = diffs
     out["headline_key"], out["headline"] = each_estimate(diffs, 0.0)
+    # power: the smallest effect five seeds detect (one-sided paired t, 0.05, power 0.8), worst pair
+    mde = {f"{a}-{b}": minimum_detectable_effect(res.lap[a][:, e0] - res.lap[b][:, e0])
+           for a in ANISOTROPIC for b in ISOTROPIC if a in res.lap and b in res.lap}
+    out["mde_pairs"] = mde
+    out["mde_key"] = max(mde, key=mde.get)
+    out["mde"] = mde[out["mde_key"]]
+    # along training: each headline pair's gap per snapshot, and each model's gain over the last half
+    if res.curve:
+        out["curve_steps"] = res.curve_steps
+        out["gap_curve"] = {f"{a}-{b}": [paired_difference(res.curve[a][:, c], res.curve[b][:, c], level=0.90, unit="training seeds")
+                                         for c in range(len(res.curve_steps))]
+                            for a in ANISOTROPIC for b in ISOTROPIC if a in res.curve and b in res.curve}
+        gains = {a: paired_difference(res.curve[a][:, -1], res.curve[a][:, -2], unit="training seeds")
+                 for a in ANISOTROPIC + ISOTROPIC if a in res.curve}
+        out["convergence_pairs"] = gains
+        out["convergence_key"], out["convergence"] = each_estimate(gains, CONVERGENCE_TOLERANCE, side="high")
     best = max(res.architectures, key=lambda a: res.lap[a][:, e0].mean())
     out["headroom_model"], out["headroom"] = best, mean_interval(res.lap[best][:, e0], unit="training seeds")
     # optimal difficulty: significant pairs per eta
@@ -320,6 +391,7 @@ def measurements(res: Result) -> dict:
     probe = {a: paired_difference(v["trained"], v["random"], unit="training seeds") for a, v in res.probe.items()}
     out["probe_pairs"] = probe
     out["probe_key"], out["probe"] = each_estimate(probe, 0.10)
+    out["probe_spectral"] = res.probe_spectral
     shuffled = np.concatenate([v["shuffled"] for v in res.probe.values()])
     out["probe_shuffled"] = mean_interval(shuffled, unit="trained models")
     return out
