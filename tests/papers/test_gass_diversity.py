@@ -145,7 +145,8 @@ def test_ddim_zero_step_hook_is_bit_identical():
 def test_tiny_digits_run_shapes_and_determinism():
     digits, clip, unet, split, _ = _tiny_digits()
     cfg = digits.DigitsConfig(num_models=2, num_classes=2, num_batches=2, batch_size=4, sampler_steps=3,
-                              guided_steps=1, low_cfg_grid=(2.0,), repel_grid=(8e-3,), dose_grid=(0.02, 0.1))
+                              guided_steps=1, low_cfg_grid=(2.0,), repel_grid=(8e-3,), dose_grid=(0.02, 0.1),
+                              guided_grid=(1, 2))
     r1 = digits.run_digits(cfg, [unet, unet], clip, split)
     r2 = digits.run_digits(cfg, [unet, unet], clip, split)
     assert set(r1.arms) == {a.name for a in digits.digit_arms(cfg)}
@@ -154,6 +155,95 @@ def test_tiny_digits_run_shapes_and_determinism():
             assert r1.arms[arm][m].shape == (2, 4)
             assert np.array_equal(r1.arms[arm][m], r2.arms[arm][m])
     assert r1.images["gass"].shape == (2, 4, 8, 8)
+    assert digits.guided_arm(cfg, 2) == "gass_g2" and "gass_g2" in r1.arms and digits.guided_arm(cfg, 1) == "gass"
+
+
+def test_guided_arm_guides_more_steps():
+    digits, clip, unet, split, _ = _tiny_digits()
+    phi = digits.DigitPhi(clip).eval()
+    e_t, axes, _ = digits.class_axes(clip, *digits.digit_data.load_digit_images(), split["train"], 2, 0)
+    noise = torch.randn(8, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    lab = np.repeat([0, 1], 4)
+    arm = digits.DigitArm("g", 5.0, "gass", 1, 1, 0.1)
+    # an arm's own guided count overrides the run's: guided=0 is vanilla, guided=2 equals the run's 2
+    xv, _ = digits.ddim_sample(unet, phi, lab, noise, digits.DigitArm("v", 5.0), e_t, axes, 4, 4, 0, 0)
+    x0, _ = digits.ddim_sample(unet, phi, lab, noise, digits.DigitArm("g", 5.0, "gass", 1, 1, 0.1, guided=0),
+                               e_t, axes, 4, 4, 2, 0)
+    x2a, _ = digits.ddim_sample(unet, phi, lab, noise, arm, e_t, axes, 4, 4, 2, 0)
+    x2b, _ = digits.ddim_sample(unet, phi, lab, noise, digits.DigitArm("g", 5.0, "gass", 1, 1, 0.1, guided=2),
+                                e_t, axes, 4, 4, 1, 0)
+    assert torch.equal(xv, x0) and torch.equal(x2a, x2b)
+
+
+def test_guided_grid_validation():
+    import pytest
+    from compendium.papers.gass_diversity import digits
+
+    for grid in ((10, 15), (10, 5), (5, 25)):
+        with pytest.raises(ValueError):
+            digits.DigitsConfig(guided_steps=5, guided_grid=grid)
+    names = {a.name for a in digits.digit_arms(digits.DigitsConfig(guided_grid=(2, 5, 10)))}
+    assert {"gass_g2", "gass_g10"} <= names and "gass_g5" not in names
+
+
+# ---------------------------------------------------------------------------------------------
+# the ledger statistics (analysis)
+# ---------------------------------------------------------------------------------------------
+def _arms_fixture():
+    rng = np.random.default_rng(0)
+    base = rng.normal(0.3, 0.01, (3, 6))
+    return {"vanilla": {"dep": base, "ind": base + 0.1, "vendi": base * 10, "align": base},
+            "gass": {"dep": base + 0.05, "ind": base + 0.1 + np.array([[0.05], [0.05], [-0.05]]),
+                     "vendi": base * 10 + 0.5, "align": base - 0.001},
+            "cfg_1": {"dep": base, "ind": base, "vendi": base * 10 + 2.0, "align": base - 0.05},
+            "cfg_2": {"dep": base, "ind": base, "vendi": base * 10 + 0.6, "align": base - 0.02}}
+
+
+def test_analysis_seed_means_and_every_model():
+    from compendium.papers.gass_diversity import analysis as an
+
+    arms = _arms_fixture()
+    assert np.allclose(an.seed_means(arms, "gass", "dep"), arms["gass"]["dep"].mean(1))
+    ests = an.raises_every_model(arms, "gass")
+    assert set(ests) == {f"{m}/{j}" for m in ("dep", "ind") for j in range(3)}
+    key, est = an.deciding(ests)
+    assert key == "ind/2" and est.high < 0  # the model whose interval lies wholly below 0 decides
+    assert abs(ests["dep/0"].point - 0.05) < 1e-12
+
+
+def test_analysis_match_and_matched_difference():
+    from compendium.papers.gass_diversity import analysis as an
+
+    arms = _arms_fixture()
+    assert an.match_arm(arms, "cfg_", "gass", dev=0) == "cfg_2"
+    est = an.matched_difference(arms, "gass", "cfg_2", "align", dev=0)
+    assert abs(est.point - 0.019) < 1e-12 and est.n == 12  # the dev model is held out
+
+
+def test_analysis_dose_steps_and_shift():
+    from compendium.papers.gass_diversity import analysis as an
+
+    arms = _arms_fixture()
+    steps = an.dose_steps(arms, ["vanilla", "gass"])
+    assert set(steps) == {"dep: vanilla -> gass", "ind: vanilla -> gass"}
+    assert abs(steps["dep: vanilla -> gass"].point - 0.05) < 1e-12 and steps["dep: vanilla -> gass"].n == 3
+    z = an.shift_in_sds(arms, "gass", ("dep",))
+    sd = arms["vanilla"]["dep"].mean(1).std(ddof=1)
+    assert abs(z - 0.05 / sd) < 1e-9
+    assert abs(an.relative_drop(arms, "gass", "align").point
+               - np.mean(1 - arms["gass"]["align"].mean(1) / arms["vanilla"]["align"].mean(1))) < 1e-12
+
+
+def test_planted_spread_raises_factor_spreads_by_the_fraction():
+    from compendium.papers.gass_diversity import toy
+
+    t = paper.make_toy(2, np.random.default_rng(0))
+    x, _, _ = paper.sample_data(t, np.zeros(64, dtype=int), np.random.default_rng(1))
+    xp = toy.plant_spread(x, (t.classes[0], t.d_ind), 0.1)
+    for axis in (t.classes[0], t.d_ind):
+        assert abs(np.std(xp @ axis) / np.std(x @ axis) - 1.1) < 1e-4
+    other = t.classes[1]
+    assert np.allclose(xp @ other, x @ other, atol=1e-5)
 
 
 def test_vendi2_and_top_pc():

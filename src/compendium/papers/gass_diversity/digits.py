@@ -54,6 +54,7 @@ class DigitArm:
     r: float = 0.02
     u_mode: str = "fixed"
     lr: float = 8e-3
+    guided: int | None = None  # guided steps of this arm; None: the run's ``guided_steps``
 
 
 def ddim_sample(unet, phi, labels, noise, arm: DigitArm, e_t, u_axes, group_size: int, steps: int,
@@ -73,6 +74,7 @@ def ddim_sample(unet, phi, labels, noise, arm: DigitArm, e_t, u_axes, group_size
     lab = torch.cat([torch.as_tensor(labels), torch.full((n,), NULL_LABEL)])
     rng = np.random.default_rng(hook_seed)
     moved = []
+    guided_steps = guided_steps if arm.guided is None else arm.guided
     for i, t in enumerate(sched.timesteps):
         with torch.no_grad():
             out = unet(torch.cat([x, x]), t, class_labels=lab).sample
@@ -114,8 +116,10 @@ class DigitsConfig:
     repel_grid: tuple = (2e-3, 8e-3, 3.2e-2)
     r: float = 0.02
     dose_grid: tuple = (0.01, 0.02, 0.05, 0.1)
+    guided_grid: tuple = (5, 10, 15)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "guided_grid", tuple(int(v) for v in self.guided_grid))
         for name in ("low_cfg_grid", "repel_grid", "dose_grid"):
             object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
         if self.num_models < 2 or self.num_batches < 2 or self.batch_size < 4:
@@ -126,6 +130,10 @@ class DigitsConfig:
             raise ValueError("1 <= num_classes <= 10")
         if self.r not in self.dose_grid:
             raise ValueError("r must be one of dose_grid (the headline arm is the dose arm at r)")
+        if self.guided_steps not in self.guided_grid or list(self.guided_grid) != sorted(set(self.guided_grid)):
+            raise ValueError("guided_grid must be increasing and hold guided_steps (the headline arm)")
+        if not all(1 <= g <= self.sampler_steps for g in self.guided_grid):
+            raise ValueError("every guided_grid entry must be in [1, sampler_steps]")
 
 
 def digit_arms(config: DigitsConfig) -> list[DigitArm]:
@@ -136,11 +144,19 @@ def digit_arms(config: DigitsConfig) -> list[DigitArm]:
     arms += [DigitArm(f"repel_{s:g}", w, "repel", lr=s) for s in config.repel_grid]
     arms += [DigitArm(f"cfg_{c:g}", c) for c in config.low_cfg_grid]
     arms += [DigitArm(f"gass_r{d:g}", w, "gass", 1, 1, d) for d in config.dose_grid if d != r]
+    arms += [DigitArm(f"gass_g{g}", w, "gass", 1, 1, r, guided=g) for g in config.guided_grid
+             if g != config.guided_steps]
     return arms
 
 
 def dose_arm(config: DigitsConfig, d: float) -> str:
+    """The arm of GASS at radius ``d`` (the headline arm at ``config.r``)."""
     return "gass" if d == config.r else f"gass_r{d:g}"
+
+
+def guided_arm(config: DigitsConfig, g: int) -> str:
+    """The arm of GASS guided at the first ``g`` DDIM steps (the headline arm at ``config.guided_steps``)."""
+    return "gass" if g == config.guided_steps else f"gass_g{g}"
 
 
 @dataclass(frozen=True)

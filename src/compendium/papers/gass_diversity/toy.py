@@ -150,6 +150,7 @@ class Config:
     r: float = 0.02
     real_per_class: int = 500
     arm_names: tuple | None = None  # None: every arm; else the subset to sample (in this order)
+    planted: float = 0.1  # the power control: vanilla's samples with both factor spreads raised by this fraction
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "low_cfg_grid", tuple(float(v) for v in self.low_cfg_grid))  # lists from the registry
@@ -183,6 +184,17 @@ def _arms(config: Config) -> list[Arm]:
     return arms
 
 
+def plant_spread(x: np.ndarray, axes, fraction: float) -> np.ndarray:
+    """``x`` with its spread along each of the orthonormal ``axes`` raised by ``fraction`` (about the
+    batch mean): a known raise of both factor spreads, which the raise rows' test must detect."""
+    x = np.array(x, dtype=np.float32, copy=True)
+    centred = x - x.mean(0)
+    for axis in axes:
+        axis = np.asarray(axis, dtype=np.float32)
+        x += fraction * np.outer(centred @ axis, axis)
+    return x
+
+
 def run(config: Config) -> Result:
     """Train ``num_models`` flows, sample every arm in paired batches, measure."""
     toy = make_toy(config.num_classes, np.random.default_rng(1000 + config.seed))
@@ -200,8 +212,9 @@ def run(config: Config) -> Result:
         u_fixed[k] = select_u_ind(R, orthogonal_candidates(e_t[k], 10, np.random.default_rng(42 + k)))
     arms = _arms(config)
     keys = ("dep", "ind", "vendi", "align", "density", "coverage", "zdep", "zind")
-    out = {a.name: {m: np.zeros((config.num_models, config.num_batches * config.num_classes)) for m in keys}
-           for a in arms}
+    names = [a.name for a in arms] + (["planted"] if config.planted > 0 and "vanilla" in [a.name for a in arms] else [])
+    out = {n: {m: np.zeros((config.num_models, config.num_batches * config.num_classes)) for m in keys}
+           for n in names}
     moved = {a.name: [] for a in arms}
     real_stats = {}
     planes = {}
@@ -216,16 +229,20 @@ def run(config: Config) -> Result:
                     x, mv = sample(model, encoder, e_t[k], k, config.batch_size, arm, rng,
                                    config.sampler_steps, config.guided_steps, u_ind=u_fixed[k])
                     moved[arm.name] += mv
-                    with torch.no_grad():
-                        E = encoder(torch.from_numpy(x)).double().numpy()
-                    o = out[arm.name]
-                    o["dep"][j, col] = projection_spread(E, e_t[k])
-                    o["ind"][j, col] = projection_spread(E, u_fixed[k])
-                    o["vendi"][j, col] = vendi_score(E)
-                    o["align"][j, col] = float((E @ e_t[k]).mean())
-                    o["density"][j, col], o["coverage"][j, col] = density_coverage(real[k], x)
-                    o["zdep"][j, col] = float(np.std(x @ toy.classes[k], ddof=1))
-                    o["zind"][j, col] = float(np.std(x @ toy.d_ind, ddof=1))
+                    batches = [(arm.name, x)]
+                    if arm.name == "vanilla" and "planted" in out:
+                        batches.append(("planted", plant_spread(x, (toy.classes[k], toy.d_ind), config.planted)))
+                    for name, xb in batches:
+                        with torch.no_grad():
+                            E = encoder(torch.from_numpy(xb)).double().numpy()
+                        o = out[name]
+                        o["dep"][j, col] = projection_spread(E, e_t[k])
+                        o["ind"][j, col] = projection_spread(E, u_fixed[k])
+                        o["vendi"][j, col] = vendi_score(E)
+                        o["align"][j, col] = float((E @ e_t[k]).mean())
+                        o["density"][j, col], o["coverage"][j, col] = density_coverage(real[k], xb)
+                        o["zdep"][j, col] = float(np.std(xb @ toy.classes[k], ddof=1))
+                        o["zind"][j, col] = float(np.std(xb @ toy.d_ind, ddof=1))
                     if j == 0 and k == 0 and b == 0 and arm.name in ("vanilla", "gass"):
                         planes[arm.name] = np.stack([E @ e_t[k], E @ u_fixed[k]], 1)
     for k in range(config.num_classes):
@@ -237,5 +254,6 @@ def run(config: Config) -> Result:
     planes["real"] = np.stack([Er @ e_t[0], Er @ u_fixed[0]], 1)
     metrics = {"real_dep_spread": float(np.mean(real_stats["dep"])),
                "real_align": float(np.mean(real_stats["align"])),
-               "moved": {a: (float(np.mean(v)) if v else 0.0) for a, v in moved.items()}}
+               "moved": {a: (float(np.mean(v)) if v else 0.0) for a, v in moved.items()},
+               "planted": config.planted}
     return Result(metrics=metrics, arms=out, planes=planes)
