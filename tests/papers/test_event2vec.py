@@ -171,6 +171,11 @@ def test_baselines_shapes_and_time_blindness(data):
         torch.testing.assert_close(pn(x, y, p, torch.zeros_like(t), mask), out)           # time-blind
     cnn = paper.FrameCNN(channels=8)
     assert cnn(torch.zeros(2, 16, 32, 32)).shape == (2, 8)
+    blind = zoo.make_model("cnn_blind", 8, zoo.settings_for("smoke")).eval()          # one time bin: time-blind
+    sampled = ev.sample_events(data.subset([0, 1, 2]), 40, np.random.default_rng(3))
+    with torch.no_grad():
+        torch.testing.assert_close(zoo.logits(blind, ev.shuffle_timestamps(sampled, np.random.default_rng(4))),
+                                   zoo.logits(blind, sampled))
     assert paper.FrameCNN(height=8, width=8, channels=8)(torch.zeros(2, 16, 8, 8)).shape == (2, 8)
     assert paper.parameter_count(paper.Event2Vec(dim=32)) < paper.parameter_count(paper.Event2Vec(dim=32, embedding="lookup"))
 
@@ -188,6 +193,7 @@ def test_pair_accuracies_and_worst_case():
     assert paper.worst_case(est, low=0.4, high=0.6)[0] == "c"
     assert paper.worst_case({k: est[k] for k in "ab"}, low=0.4, high=0.6)[0] == "b"
     assert paper.worst_case(est, low=0.7)[0] == "a"
+    assert paper.worst_case({k: est[k] for k in "bc"}, low=0.7)[0] == "b"                 # b's whole interval fails
 
 
 def test_config_validation():
@@ -229,3 +235,15 @@ def test_dev_learning_rates_tiny(monkeypatch):
     assert all(0.0 <= a <= 1.0 for v in out.values() for a in v.values())
     rates = dict(zoo.settings_for("full").learning_rates)
     assert set(rates) == {"e2v", "lookup", "softmax", "cnn", "pointnet", "pointnet_blind"}
+
+
+def test_calibrate_noise_tiny(monkeypatch):
+    tiny = zoo.AssetSettings(train_per_class=3, dev_per_class=2, steps=2, train_events=(16, 32), resolutions=(1,),
+                             num_seeds=1, batch_events=64, e2v_dims=(8,), cnn_channels=(4,), headline_events=32)
+    monkeypatch.setattr(zoo, "settings_for", lambda scale: tiny)
+    small = dataclasses.replace(ev.SensorSettings(), capacity=128, steps=8)
+    monkeypatch.setattr(ev, "SensorSettings", lambda **kw: dataclasses.replace(small, **kw))
+    out = zoo.calibrate_noise(grid=(10.0, 40.0), target=0.8, channels=4)
+    assert set(out["dev_accuracy"]) == {10.0, 40.0} and out["chosen"] in (10.0, 40.0)
+    acc = out["dev_accuracy"]
+    assert abs(acc[out["chosen"]] - 0.8) == min(abs(a - 0.8) for a in acc.values())

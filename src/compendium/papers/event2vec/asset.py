@@ -28,7 +28,7 @@ from . import events as ev
 from .models import Event2Vec, FrameCNN, PointNet, parameter_count
 
 __all__ = ["ASSET_NAME", "AssetSettings", "settings_for", "FAMILIES", "make_model", "transform", "batch_tensors",
-           "logits", "train_stack", "dev_learning_rates", "build_asset", "load_models"]
+           "logits", "train_stack", "dev_learning_rates", "calibrate_noise", "build_asset", "load_models"]
 
 ASSET_NAME = "event2vec_models"
 
@@ -47,6 +47,11 @@ class AssetSettings:
     learning_rates: tuple = (("e2v", 1e-2), ("lookup", 3e-2), ("softmax", 1e-2), ("cnn", 3e-2), ("pointnet", 1e-2),
                              ("pointnet_blind", 3e-3))
     headline_events: int = 64
+    # mean background events per recording: the task's difficulty, picked per scale by calibrate_noise
+    # (the frame CNN, c = 16, at that scale's budget closest to 0.8 on dev; grid 300, 600, 1200, 2400, 4800;
+    # run once each). Full: 0.9975, 0.9912, 0.925, 0.6525, 0.125 -> 1200. Smoke: 0.8125, 0.895, 0.6325,
+    # 0.5425, 0.125 -> 300. (It was 150 at both scales before.)
+    noise_events: float = 1200.0
     e2v_dims: tuple = (16, 32)               # the dev grid of event2vec's width d
     cnn_channels: tuple = (8, 16, 32)        # the dev grid of the frame CNN's base width c
     heads: int = 2
@@ -57,7 +62,8 @@ class AssetSettings:
 
 def settings_for(scale: str) -> AssetSettings:
     if scale == "smoke":
-        return AssetSettings(train_per_class=200, dev_per_class=25, steps=100, train_events=(32, 64, 128), resolutions=(8, 1))
+        return AssetSettings(train_per_class=200, dev_per_class=25, steps=100, train_events=(32, 64, 128), resolutions=(8, 1),
+                             noise_events=300.0)
     if scale == "full":
         return AssetSettings(train_per_class=400, dev_per_class=50, steps=400, train_events=(32, 64, 128),
                              resolutions=(16, 8, 1), num_seeds=5)
@@ -67,9 +73,9 @@ def settings_for(scale: str) -> AssetSettings:
 # family -> (architecture, data variant); data variants: polarity, merged, even, res<k>
 FAMILIES = {
     "e2v": ("e2v", "polarity"), "cnn": ("cnn", "polarity"),
-    "pointnet": ("pointnet", "polarity"), "pointnet_blind": ("pointnet_blind", "polarity"),
+    "pointnet": ("pointnet", "polarity"), "cnn_blind": ("cnn_blind", "polarity"),
     "e2v_merged": ("e2v", "merged"), "softmax_merged": ("softmax", "merged"),
-    "pointnet_blind_merged": ("pointnet_blind", "merged"),
+    "cnn_blind_merged": ("cnn_blind", "merged"),
     "lookup_merged": ("lookup", "merged"),
     "e2v_even": ("e2v", "even"), "lookup_even": ("lookup", "even"),
 }
@@ -98,8 +104,8 @@ def make_model(arch: str, size: int, settings: AssetSettings, height: int = 32):
         return Event2Vec(**common, dim=size, heads=settings.heads, layers=settings.layers,
                          embedding="lookup" if arch == "lookup" else "mlp",
                          attention="softmax" if arch == "softmax" else "forgetting")
-    if arch == "cnn":
-        return FrameCNN(**common, bins=settings.bins, channels=size)
+    if arch in ("cnn", "cnn_blind"):                  # cnn_blind: one time bin, a count image per polarity
+        return FrameCNN(**common, bins=settings.bins if arch == "cnn" else 1, channels=size)
     if arch in ("pointnet", "pointnet_blind"):
         return PointNet(**common, use_time=arch == "pointnet", width_hidden=settings.pointnet_width)
     raise ValueError(f"unknown architecture {arch!r}")
@@ -113,11 +119,12 @@ def batch_tensors(data: ev.EventSet) -> dict:
             "mask": torch.from_numpy(data.valid), "label": torch.from_numpy(data.label)}
 
 
-def logits(model, sampled: ev.EventSet, bins: int = 8) -> torch.Tensor:
-    """Class logits of ``model`` for a sampled event set (frames built here for the CNN)."""
+def logits(model, sampled: ev.EventSet, bins: int | None = None) -> torch.Tensor:
+    """Class logits of ``model`` for a sampled event set (frames built here for the CNN, with the
+    model's own number of time bins)."""
     if isinstance(model, FrameCNN):
         n = max(int(sampled.valid.sum(1).max()), 1)
-        frames = torch.from_numpy(ev.events_to_frames(sampled, bins)) * (64.0 / n)   # counts scaled to N = 64
+        frames = torch.from_numpy(ev.events_to_frames(sampled, model.bins)) * (64.0 / n)   # counts scaled to N = 64
         return model(frames.to(torch.get_default_dtype()))
     b = batch_tensors(sampled)
     return model(b["x"], b["y"], b["p"], b["t"], b["mask"])
@@ -139,7 +146,8 @@ def _accuracy(model, data, n, resamples, rng, bins):
 
 def _stack_inputs(arch: str, sampled: list, bins: int):
     """The stacked model inputs of one step: one sampled event set per copy (equal N)."""
-    if arch == "cnn":
+    if arch in ("cnn", "cnn_blind"):
+        bins = bins if arch == "cnn" else 1
         frames = []
         for d in sampled:
             n = max(int(d.valid.sum(1).max()), 1)
@@ -204,7 +212,7 @@ def dev_learning_rates(scale: str, grid=(3e-3, 1e-2, 3e-2), seed: int = 0, archs
     st = settings_for(scale)
     rng = np.random.default_rng([seed, 1])
     classes = len(ev.CLASSES)
-    sensor = ev.SensorSettings()
+    sensor = ev.SensorSettings(noise_events=st.noise_events)
     train = ev.simulate(np.repeat(np.arange(classes), st.train_per_class), rng, sensor)
     dev = ev.simulate(np.repeat(np.arange(classes), st.dev_per_class), rng, sensor)
     sizes = {"e2v": max(st.e2v_dims), "lookup": max(st.e2v_dims), "softmax": max(st.e2v_dims),
@@ -219,6 +227,30 @@ def dev_learning_rates(scale: str, grid=(3e-3, 1e-2, 3e-2), seed: int = 0, archs
     return out
 
 
+def calibrate_noise(grid=(300.0, 600.0, 1200.0, 2400.0, 4800.0), target: float = 0.80, seed: int = 0,
+                    channels: int = 16, scale: str = "full") -> dict:
+    """The simulator's difficulty, set on dev before any test: for each background rate of ``grid``
+    (mean noise events per recording), simulate the training and dev recordings of ``scale``, train
+    the frame CNN (width ``channels``, its learning rate, the steps of ``scale``, training seed
+    ``seed * 100``) and measure its dev accuracy at the headline N (mean of two re-samplings).
+    The rate whose dev accuracy is closest to ``target`` is the one kept. Run once; its result is
+    recorded per scale in :class:`AssetSettings` ``noise_events`` (not rerun by the asset).
+    Returns ``{"dev_accuracy": {rate: accuracy}, "chosen": rate}``."""
+    st = settings_for(scale)
+    lr = dict(st.learning_rates)["cnn"]
+    acc = {}
+    for rate in grid:
+        sensor = ev.SensorSettings(noise_events=float(rate))
+        rng = np.random.default_rng([seed, 1])
+        train = ev.simulate(np.repeat(np.arange(len(ev.CLASSES)), st.train_per_class), rng, sensor)
+        dev = ev.simulate(np.repeat(np.arange(len(ev.CLASSES)), st.dev_per_class), rng, sensor)
+        model, _ = train_stack("cnn", channels, [(train, seed * 100)], st, lr)[0]
+        acc[float(rate)] = _accuracy(model, dev, st.headline_events, 2, np.random.default_rng([seed, 5]), st.bins)
+        print(f"noise {rate}: CNN dev accuracy {acc[float(rate)]:.4f}", flush=True)
+    chosen = min(acc, key=lambda r: (abs(acc[r] - target), r))
+    return {"dev_accuracy": acc, "chosen": chosen}
+
+
 def build_asset(out_dir: Path, scale: str, seed: int) -> None:
     """Simulate the training and dev recordings, run the dev procedure, train every family over
     ``num_seeds`` training seeds (``seed * 100 + k``), the copies of one architecture and sensor
@@ -226,7 +258,7 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     st = settings_for(scale)
-    sensor = ev.SensorSettings()
+    sensor = ev.SensorSettings(noise_events=st.noise_events)
     rng = np.random.default_rng([seed, 1])
     classes = len(ev.CLASSES)
     train = ev.simulate(np.repeat(np.arange(classes), st.train_per_class), rng, sensor)
@@ -236,6 +268,7 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> None:
     families = dict(FAMILIES)
     families.update({f"e2v_res{r}": ("e2v", f"res{r}") for r in st.resolutions})
     lr = dict(st.learning_rates)
+    lr["cnn_blind"] = lr["cnn"]                       # the time-blind CNN is the frame CNN with one bin: its rate
 
     def save(family, k, model, log, size):
         arch, variant = families[family]
@@ -270,7 +303,8 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> None:
         for k in range(1 if family in chosen else 0, st.num_seeds):
             groups.setdefault((arch, data.height), []).append((family, k, data))
     for (arch, _), members in groups.items():
-        size = chosen["e2v"] if arch in ("e2v", "lookup", "softmax") else chosen["cnn"] if arch == "cnn" else st.pointnet_width
+        size = (chosen["e2v"] if arch in ("e2v", "lookup", "softmax") else chosen["cnn"] if arch in ("cnn", "cnn_blind")
+                else st.pointnet_width)
         start = time.process_time()
         trained = train_stack(arch, size, [(data, seed * 100 + k) for _, k, data in members], st, lr[arch])
         print(f"stack {arch} ({len(members)} models): {time.process_time() - start:.1f} s CPU", flush=True)

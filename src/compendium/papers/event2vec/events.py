@@ -27,7 +27,9 @@ PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))        # time-reversed pairs
 
 @dataclass(frozen=True)
 class SensorSettings:
-    """The simulator's fixed settings (chosen before any model was trained, never tuned)."""
+    """The simulator's fixed settings, chosen before any model was trained, except the background
+    rate ``noise_events``, which sets the task's difficulty: the asset sets it per scale from its
+    dev calibration (:class:`~compendium.papers.event2vec.asset.AssetSettings`)."""
 
     height: int = 32
     width: int = 32
@@ -35,7 +37,7 @@ class SensorSettings:
     steps: int = 48                     # grid steps of the log-intensity tracking
     step_ms: tuple = (1.0, 2.0)         # duration of one step, drawn per recording (speed)
     jitter_steps: float = 0.3           # timestamp jitter, in steps (Gaussian SD)
-    noise_events: float = 150.0         # mean background events per recording (Poisson)
+    noise_events: float = 1200.0        # mean background events per recording (Poisson); the asset sets it per scale
     hot_pixels: int = 2
     hot_events: float = 40.0            # mean events per hot pixel per recording (Poisson)
     max_crossings: int = 4              # events per pixel and step at most

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from compendium.stats import Estimate, mean_interval, paired_difference
+import dataclasses
+
+from compendium.stats import Estimate, deciding_estimate, mean_interval, paired_difference
 from compendium.training import seeded_init
 from compendium.validation import require_int
 
@@ -20,7 +22,7 @@ from .models import Event2Vec, ForgettingAttention, parameter_count
 __all__ = ["Config", "Result", "run", "measurements", "draw_sets", "draw_logits", "accuracies", "pair_accuracies", "worst_case",
            "invariance_gaps", "lookup_bijection", "gather_gap", "fused_gap", "softmax_limit_gap"]
 
-CURVE_FAMILIES = ("e2v", "cnn", "pointnet", "pointnet_blind")
+CURVE_FAMILIES = ("e2v", "cnn", "pointnet", "cnn_blind")
 UNTRAINED_INITS = 10                                  # initialisations behind the untrained control
 
 
@@ -87,16 +89,19 @@ def pair_accuracies(out: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def worst_case(estimates: dict, low: float | None = None, high: float | None = None) -> tuple[str, Estimate]:
-    """The estimate that decides "every one lies in [low, high]" (an end may be None): one whose
-    whole interval is outside if any, else the one whose interval reaches farthest past an end."""
-    def outside(e):
-        return (low is not None and e.high < low) or (high is not None and e.low > high)
-
-    def reach(e):
-        return max((low - e.low) if low is not None else -np.inf, (e.high - high) if high is not None else -np.inf)
-
-    failing = [k for k, e in estimates.items() if outside(e)]
-    key = failing[0] if failing else max(estimates, key=lambda k: reach(estimates[k]))
+    """The estimate that decides "every one clears ``low``" or "every one lies in [low, high]"
+    (:func:`compendium.stats.deciding_estimate`; a band is judged as an equivalence band around its
+    centre, so the interval reaching farthest from the centre decides)."""
+    if low is not None and high is not None:
+        c = (low + high) / 2
+        centred = {k: dataclasses.replace(e, point=e.point - c, low=e.low - c, high=e.high - c) for k, e in estimates.items()}
+        key = deciding_estimate(centred, side="abs")
+    elif low is not None:
+        key = deciding_estimate(estimates, side="low", threshold=low)
+    elif high is not None:
+        key = deciding_estimate(estimates, side="high", threshold=high)
+    else:
+        raise ValueError("worst_case needs low, high or both")
     return key, estimates[key]
 
 
@@ -187,6 +192,7 @@ class Result:
     pairs: dict = field(default_factory=dict)          # name -> (K, 4) pair accuracies on the merged copy
     card_pairs: dict = field(default_factory=dict)     # polarity data: "e2v", "e2v_shuffled": (K, 4)
     card_shuffled_acc: np.ndarray = None               # (K,) 8-class accuracy, polarity data, shuffled times
+    merged_acc: dict = field(default_factory=dict)     # name -> (K,) 8-class accuracy on the merged copy
     parameters: dict = field(default_factory=dict)
     exact: dict = field(default_factory=dict)
     example: ev.EventSet = None
@@ -249,7 +255,9 @@ def run(config: Config, models: dict, meta: dict) -> Result:
     pa = lambda model, ds: pair_accuracies(draw_logits(model, ds), ds[0].label)
     res.pairs["e2v"] = np.stack([pa(m, merged) for m in models["e2v_merged"]])
     res.pairs["e2v_shuffled"] = np.stack([pa(m, merged_sh) for m in models["e2v_merged"]])
-    res.pairs["pointnet_blind"] = np.stack([pa(m, merged) for m in models["pointnet_blind_merged"]])
+    blind = [draw_logits(m, merged) for m in models["cnn_blind_merged"]]
+    res.pairs["cnn_blind"] = np.stack([pair_accuracies(o, merged[0].label) for o in blind])
+    res.merged_acc["cnn_blind"] = np.array([float((o.argmax(-1) == merged[0].label).mean()) for o in blind])
     res.pairs["softmax"] = np.stack([pa(m, merged) for m in models["softmax_merged"]])
     res.pairs["lookup"] = np.stack([pa(m, merged) for m in models["lookup_merged"]])
     # the card's version, with polarity: shuffled timestamps on the polarity model
@@ -283,6 +291,8 @@ def measurements(res: Result) -> dict:
     h = res.headline
     out["e2v_acc"] = mean_interval(h["e2v"], unit=unit)
     out["cnn_acc"] = mean_interval(h["cnn"], unit=unit)
+    out["blind_acc"] = mean_interval(h["cnn_blind"], unit=unit)
+    out["blind_merged_acc"] = mean_interval(res.merged_acc["cnn_blind"], unit=unit)
     out["e2v_minus_cnn"] = paired_difference(h["e2v"], h["cnn"], unit=unit)
     out["untrained"] = mean_interval(res.untrained, unit="initialisations")
     full = res.resolution[max(res.resolution)]
@@ -299,7 +309,7 @@ def measurements(res: Result) -> dict:
     out["pairs"] = {k: pair_est(v) for k, v in res.pairs.items()}
     out["time_e2v_key"], out["time_e2v"] = worst_case(out["pairs"]["e2v"], low=0.80)
     out["time_lookup_key"], out["time_lookup"] = worst_case(out["pairs"]["lookup"], low=0.80)
-    for name in ("e2v_shuffled", "pointnet_blind", "softmax"):
+    for name in ("e2v_shuffled", "cnn_blind", "softmax"):
         out[f"time_{name}_key"], out[f"time_{name}"] = worst_case(out["pairs"][name], low=0.40, high=0.60)
     out["card_pairs"] = {k: pair_est(v) for k, v in res.card_pairs.items()}
     return out
