@@ -224,12 +224,17 @@ def test_tiny_asset_and_run(tmp_path, monkeypatch):
     assert isinstance(m["e2v_minus_cnn"], Estimate) and 0 < m["param_ratio"]
 
 
-def test_dev_learning_rates_tiny(monkeypatch):
+@pytest.fixture
+def tiny_zoo(monkeypatch):
+    """A two-step asset and a small sensor, so that dev-set sweeps run in seconds."""
     tiny = zoo.AssetSettings(train_per_class=3, dev_per_class=2, steps=2, train_events=(16, 32), resolutions=(1,),
                              num_seeds=1, batch_events=64, e2v_dims=(8,), cnn_channels=(4,), headline_events=32)
     monkeypatch.setattr(zoo, "settings_for", lambda scale: tiny)
     small = dataclasses.replace(ev.SensorSettings(), capacity=128, steps=8)
     monkeypatch.setattr(ev, "SensorSettings", lambda **kw: dataclasses.replace(small, **kw))
+
+
+def test_dev_learning_rates_tiny(tiny_zoo):
     out = zoo.dev_learning_rates("smoke", grid=(1e-2, 3e-2), archs=("pointnet", "lookup"))
     assert set(out) == {"pointnet", "lookup"} and all(set(v) == {1e-2, 3e-2} for v in out.values())
     assert all(0.0 <= a <= 1.0 for v in out.values() for a in v.values())
@@ -237,12 +242,7 @@ def test_dev_learning_rates_tiny(monkeypatch):
     assert set(rates) == {"e2v", "lookup", "softmax", "cnn", "pointnet", "pointnet_blind"}
 
 
-def test_calibrate_noise_tiny(monkeypatch):
-    tiny = zoo.AssetSettings(train_per_class=3, dev_per_class=2, steps=2, train_events=(16, 32), resolutions=(1,),
-                             num_seeds=1, batch_events=64, e2v_dims=(8,), cnn_channels=(4,), headline_events=32)
-    monkeypatch.setattr(zoo, "settings_for", lambda scale: tiny)
-    small = dataclasses.replace(ev.SensorSettings(), capacity=128, steps=8)
-    monkeypatch.setattr(ev, "SensorSettings", lambda **kw: dataclasses.replace(small, **kw))
+def test_calibrate_noise_tiny(tiny_zoo):
     out = zoo.calibrate_noise(grid=(10.0, 40.0), target=0.8, channels=4)
     assert set(out["dev_accuracy"]) == {10.0, 40.0} and out["chosen"] in (10.0, 40.0)
     acc = out["dev_accuracy"]
