@@ -90,6 +90,8 @@ def test_tiny_run_is_deterministic_and_learns():
     a, b = paper.run(cfg), paper.run(cfg)
     for k in a.metrics["acc_all"]:
         assert np.array_equal(a.metrics["acc_all"][k], b.metrics["acc_all"][k])
+    for k in paper.PREFERENCE_METHODS:                      # the preference task is deterministic too
+        assert np.array_equal(a.metrics["preference"][k], b.metrics["preference"][k])
     acc = a.metrics["acc_all"]
     assert acc["elbo"].mean() > 0.4                       # chance is 0.25
     assert np.all(acc["exact"] >= 0.4)
@@ -134,3 +136,34 @@ def test_seed_gap_tests_counts_a_seed_only_with_margin_and_significance():
     assert passed == 2
     _, passed = paper.seed_gap_tests(seeds, "c", "b")    # identical arms: no gain, no pass
     assert passed == 0
+
+
+def test_preference_task_prior_enters_reward_model_and_not_heading():
+    fav = np.array([0, 1, 2, 3] * 100)
+    lp = paper.goal_log_prior(fav)
+    assert np.allclose(np.exp(lp).sum(1), 1.0) and np.allclose(np.exp(lp[np.arange(400), fav]), paper.FAVOURITE_PROB)
+    ep = paper.generate_episodes(400, np.random.default_rng(7), favourite=fav)
+    share = (ep.goal == fav).mean()
+    assert abs(share - paper.FAVOURITE_PROB) < 0.1       # the goal is drawn from the prior
+    base, idx = paper.make_queries(ep)
+    q, idx2, lp_q = paper.preference_queries(ep, fav)
+    assert np.array_equal(idx, idx2) and q.features.shape[2] == paper.N_FEATURES + 1
+    assert np.allclose(q.logliks, base.logliks + lp_q)    # the log joint: likelihood plus log prior
+    assert np.array_equal(q.features[:, :, -1].argmax(1), fav[idx])
+    assert np.array_equal(paper.heading_heuristic(q), paper.heading_heuristic(base))   # the rule ignores the prior
+    goal = ep.goal[idx]
+    with_prior = (paper.bip_posterior(q.logliks).argmax(1) == goal).mean()
+    without = (paper.bip_posterior(base.logliks).argmax(1) == goal).mean()
+    assert with_prior > without                           # the prior carries information here
+    # the weakened baseline adds the same prior to its hot-planner likelihoods
+    pred, post = paper.weak_bip_predict(q, goal, 0.0, 1.0, np.random.default_rng(0), log_prior=lp_q)
+    assert np.allclose(post, paper.bip_posterior(q.logliks))
+
+
+def test_preference_task_per_seed_tests_use_every_query():
+    cfg = paper.Config(num_seeds=2, train_episodes=200, test_episodes=30, train_steps=20, timing_queries=10)
+    out = paper.preference_task(cfg, 0)
+    assert out["hard"].all() and set(out["correct"]) == set(paper.PREFERENCE_METHODS)
+    assert np.all(out["correct"]["weak"] <= out["correct"]["tempered"])
+    tests, _ = paper.seed_gap_tests([out, out], "elbo", "weak", subset="all")
+    assert tests[0].n == len(np.unique(out["episode"]))

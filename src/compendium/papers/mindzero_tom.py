@@ -81,6 +81,7 @@ MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])          # up, down, left, 
 WALLS = ((1, 3), (2, 3), (3, 3), (5, 1), (5, 2), (3, 5), (4, 5))
 N_FEATURES = 8
 HORIZON = 12
+FAVOURITE_PROB = 0.6       # the preference task: prior of each episode's favourite object (fixed before any run)
 
 
 @dataclass(frozen=True)
@@ -197,13 +198,26 @@ class Queries:
     fraction: np.ndarray       # (N,)
 
 
-def generate_episodes(n, rng, *, max_len=HORIZON):
+def goal_log_prior(favourite, favourite_prob=FAVOURITE_PROB):
+    """Log prior over the G goals of each episode: ``favourite_prob`` on the favourite object, the
+    rest shared evenly by the others; (N, G)."""
+    prior = np.full((len(favourite), N_GOALS), (1.0 - favourite_prob) / (N_GOALS - 1))
+    prior[np.arange(len(favourite)), favourite] = favourite_prob
+    return np.log(prior)
+
+
+def generate_episodes(n, rng, *, max_len=HORIZON, favourite=None):
     """Episodes of ``max_len`` steps of the Boltzmann planner towards a hidden goal among G objects.
 
     The goal is not terminal (each entry pays 1), so every episode has the same length and a
-    prefix's length carries no information about the goal."""
+    prefix's length carries no information about the goal. With ``favourite`` (N,) the hidden goal
+    is drawn from :func:`goal_log_prior` (the preference task) instead of uniformly."""
     goal_cells = np.stack([rng.choice(N_STATES, N_GOALS, replace=False) for _ in range(n)])
-    goal = rng.integers(N_GOALS, size=n)
+    if favourite is None:
+        goal = rng.integers(N_GOALS, size=n)
+    else:
+        prior = np.exp(goal_log_prior(favourite))
+        goal = (prior.cumsum(axis=1) > rng.random((n, 1))).argmax(axis=1)
     temperature = rng.choice(TEMPERATURES, size=n)
     target = goal_cells[np.arange(n), goal]
     occupied = np.zeros((n, N_STATES), bool)
@@ -319,14 +333,17 @@ def make_queries(ep: Episodes, fractions=FRACTIONS, rng=None):
 
 
 # ------------------------------------------------------------------------------------- baselines
-def weak_bip_predict(queries: Queries, goal, miss_rate, factor, rng, *, cached=True):
+def weak_bip_predict(queries: Queries, goal, miss_rate, factor, rng, *, cached=True, log_prior=None):
     """Weakened model-based BIP: the proposer misses the true goal w.p. ``miss_rate`` and the planner
     runs at ``factor`` times the true temperature. Needs the true goal only to emulate the miss.
+    ``log_prior`` (N, G), when given, is added to the likelihoods (the preference task's known prior).
 
     Returns the predicted goal index (N,) and the posterior over proposed goals (N, G).
     """
     pol = goal_policies(queries.goal_cells, queries.temperature * factor, cached=cached)
     ll = trajectory_logliks(pol, queries.states, queries.actions)
+    if log_prior is not None:
+        ll = ll + log_prior
     miss = rng.random(len(goal)) < miss_rate
     ll = ll.copy()
     ll[np.arange(len(goal))[miss], goal[miss]] = -np.inf
@@ -446,7 +463,7 @@ def train_net(queries: Queries, objective: str, cfg: Config, seed: int, labels=N
     if objective != "supervised" and labels is not None:
         raise ValueError("label-free objectives take no labels")
     with seeded_init(seed):
-        net = GoalScorer(cfg.hidden_size)
+        net = GoalScorer(cfg.hidden_size, queries.features.shape[2])
     ref = copy.deepcopy(net).requires_grad_(False)
     x = torch.as_tensor(queries.features, dtype=torch.float32)
     ll = torch.as_tensor(queries.logliks, dtype=torch.float32)
@@ -544,9 +561,50 @@ def one_seed(cfg: Config, seed: int) -> dict:
     kl = {k: kl_rows(exact, post[k]) for k in ("elbo", "grpo", "supervised")}
     return dict(correct=correct, kl=kl, frac=test_q.fraction, sweep=sweep, exact=exact, post=post,
                 queries=test_q, goal=goal, train_stats=train_stats, nets=nets, episode=test_idx,
-                hard=heading_hard(test_q),
+                hard=heading_hard(test_q), preference=preference_task(cfg, seed),
                 agree_heading={k: float((post[k].argmax(1) == heading_heuristic(test_q)).mean())
                                for k in ("elbo", "grpo", "untrained", "shuffled")})
+
+
+def preference_queries(ep: Episodes, favourite, fractions=FRACTIONS, rng=None):
+    """Queries of the preference task: the known prior enters the reward model (``logliks`` holds
+    the log joint ``log L_k + log P(k)``) and the features (a ninth feature flags the favourite)."""
+    q, idx = make_queries(ep, fractions, rng=rng)
+    lp = goal_log_prior(favourite[idx])
+    fav = (np.arange(N_GOALS)[None, :] == favourite[idx][:, None]).astype(float)[:, :, None]
+    return Queries(q.goal_cells, q.temperature, q.states, q.actions, np.concatenate([q.features, fav], axis=2),
+                   q.logliks + lp, q.fraction), idx, lp
+
+
+def preference_task(cfg: Config, seed: int) -> dict:
+    """The task where heading does not solve inference: each episode's agent prefers one object
+    (prior :data:`FAVOURITE_PROB`, known to every observer), so early prefixes are decided by the
+    prior, which the heading rule ignores. Fresh episodes and networks per training seed; the ELBO
+    net and an untrained net against exact and weakened BIP (both given the prior), the heading rule
+    and the favourite rule; every held-out query counts (no subset)."""
+    rng = np.random.default_rng([cfg.seed, seed, 23])
+    fav_train = rng.integers(N_GOALS, size=cfg.train_episodes)
+    train_ep = generate_episodes(cfg.train_episodes, rng, favourite=fav_train)
+    train_q, _, _ = preference_queries(train_ep, fav_train, rng=rng)
+    fav_test = rng.integers(N_GOALS, size=cfg.test_episodes)
+    test_ep = generate_episodes(cfg.test_episodes, rng, favourite=fav_test)
+    test_q, idx, lp = preference_queries(test_ep, fav_test)
+    goal = test_ep.goal[idx]
+    init = 1000 * cfg.seed + seed + 500
+    net, _, _ = train_net(train_q, "elbo", cfg, seed=init)
+    with seeded_init(init):
+        untrained = GoalScorer(cfg.hidden_size, N_FEATURES + 1).eval()
+    pred = {"elbo": net_posterior(net, test_q).argmax(1), "untrained": net_posterior(untrained, test_q).argmax(1),
+            "exact": bip_posterior(test_q.logliks).argmax(1), "heading": heading_heuristic(test_q),
+            "favourite": fav_test[idx]}
+    pred["weak"], _ = weak_bip_predict(test_q, goal, cfg.miss_rate, cfg.temperature_factor, rng, log_prior=lp)
+    pred["tempered"], _ = weak_bip_predict(test_q, goal, 0.0, cfg.temperature_factor, rng, log_prior=lp)
+    correct = {k: (v == goal).astype(float) for k, v in pred.items()}
+    return dict(correct=correct, episode=idx, frac=test_q.fraction, hard=np.ones(len(goal), bool),
+                agree_heading=float((pred["elbo"] == pred["heading"]).mean()))
+
+
+PREFERENCE_METHODS = ("exact", "elbo", "untrained", "weak", "tempered", "heading", "favourite")
 
 
 def time_inference(cfg: Config, seed_out: dict):
@@ -624,7 +682,8 @@ def summarise(per_seed) -> dict:
     hard_share = np.array([s["hard"].mean() for s in per_seed])
     kl = {m: {f: np.array([s["kl"][m][s["frac"] == f].mean() for s in per_seed]) for f in FRACTIONS}
           for m in ("elbo", "grpo", "supervised")}
-    return dict(acc=acc, acc_all=acc_all, acc_hard=acc_hard, hard_share=hard_share, kl=kl)
+    pref = {m: np.array([s["preference"]["correct"][m].mean() for s in per_seed]) for m in PREFERENCE_METHODS}
+    return dict(acc=acc, acc_all=acc_all, acc_hard=acc_hard, hard_share=hard_share, kl=kl, preference=pref)
 
 
 def seed_gap_tests(per_seed, a, b, *, subset="hard", min_gain=0.05, alpha=0.01, seed=0):
@@ -680,4 +739,18 @@ def measurements(result: Result, *, min_gain: float = 0.05, alpha: float = 0.01,
     out["cost_ratio"] = float(result.timing["weak_s"] / result.timing["net_s"])
     out["floor_hit"] = float(np.mean([s["train_stats"]["grpo"]["floor_hit"].mean() for s in per_seed]))
     out["miss_cap"] = stats.mean_interval(met["acc_all"]["weak"] / met["acc_all"]["tempered"], unit=unit)
+    # the preference task (every held-out query): same tests, same units
+    pref_seeds = [s["preference"] for s in per_seed]
+    pref = met["preference"]
+    for key, (a, b) in {"weak": ("elbo", "weak"), "tempered": ("elbo", "tempered"),
+                        "untrained": ("untrained", "weak")}.items():
+        tests, passed = seed_gap_tests(pref_seeds, a, b, subset="all", min_gain=min_gain, alpha=alpha, seed=seed + 1)
+        out[f"pref_{key}_tests"], out[f"pref_{key}_seeds_pass"] = tests, passed
+        out[f"pref_{key}_gap"] = stats.paired_difference(pref[a], pref[b], unit=unit)
+    out["pref_heading_gap"] = stats.paired_difference(pref["elbo"], pref["heading"], unit=unit)
+    out["pref_favourite_gap"] = stats.paired_difference(pref["elbo"], pref["favourite"], unit=unit)
+    out["pref_headroom"] = stats.paired_difference(pref["exact"], pref["heading"], unit=unit)
+    out["pref_agree_heading"] = float(np.mean([s["agree_heading"] for s in pref_seeds]))
+    lows, _ = seed_gap_tests(pref_seeds, "elbo", "exact", subset="all", alpha=0.025, seed=seed + 1)
+    out["pref_beat_exact_max_low"] = float(max(e.low for e in lows))
     return out
