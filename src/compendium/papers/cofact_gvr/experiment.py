@@ -241,12 +241,11 @@ def measurements(result: Result) -> dict:
     m["qpas_final"] = stats.paired_difference(acc("id", "cofact"), acc("id", "no_qpas"), level=0.90, unit=unit)
     rounds = result.curves["round"]
     for key, ref in (("qpas_speed", "no_qpas"), ("qpas_rescaled", "uniform_rescaled")):
-        # grounding curves; every arm of a seed starts from the same base, so round 0 is shared
-        ref_curve, q_curve = _curve(result, "grounding", ref), _curve(result, "grounding", "cofact")
-        targets = ref_curve[0] + c.target_fraction * (ref_curve[-1] - ref_curve[0])
+        ref_curve, q_curve = _curve(result, "id_accuracy", ref), _curve(result, "id_accuracy", "cofact")
+        targets = c.target_fraction * ref_curve[-1]
         t_q = np.array([updates_to_target(q_curve[:, s], rounds, targets[s]) for s in range(len(targets))])
         t_r = np.array([updates_to_target(ref_curve[:, s], rounds, targets[s]) for s in range(len(targets))])
-        m[key] = stats.mean_interval(np.maximum(t_q, 1.0) / np.maximum(t_r, 1.0), level=0.90, unit="training seeds")
+        m[key] = stats.mean_interval(t_q / np.maximum(t_r, 1.0), level=0.90, unit="training seeds")
         m[key + "_updates"] = {"qpas": t_q.tolist(), ref: t_r.tolist()}
     m["table"] = {arm: {"ID accuracy": acc("id", arm).mean(), "OOD accuracy": acc("ood", arm).mean(),
                         "grounding (OOD)": grd(arm).mean(),
