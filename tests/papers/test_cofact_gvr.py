@@ -158,3 +158,31 @@ def test_config_rejects_bad_values():
         paper.Config(headline_margin=1.5)
     with pytest.raises(ValueError):
         paper.settings_for("medium")
+
+
+def test_pretrained_base_is_copied_into_every_arm_of_its_seed():
+    st = replace(paper.settings_for("smoke"), train_questions=64, updates=0, questions_per_update=4, num_seeds=2,
+                 pretrain_steps=3, pretrain_batch=8)
+    base, log = training.pretrain_base(st, 0)
+    assert base.num_models == 2 and len(log.to_dict()["losses"]) >= 1
+    fresh = paper.GroundedPolicy(2, [0, 1])
+    assert not torch.equal(base.w_cell, fresh.w_cell)
+    arms = [a for a in paper.ARMS if a.name in ("grpo", "cofact")]
+    models = [(a, s) for a in arms for s in range(2)]
+    start = training.initial_policy(models, st, 0, base)
+    for i, (arm, s) in enumerate(models):
+        for name, param in start.named_parameters():
+            assert torch.equal(param[i], getattr(base, name)[s]), (arm.name, s, name)
+    with pytest.raises(ValueError):
+        training.initial_policy(models, replace(st, num_seeds=3), 0, base)
+
+
+def test_answer_accuracy_given_reads_the_shown_cell():
+    scenes = paper.make_scenes(12, 0.85, np.random.default_rng(1))
+    policy = paper.GroundedPolicy(2, [3, 4])
+    acc = training.answer_accuracy_given(policy, scenes, scenes.target)
+    assert acc.shape == (2, 12) and set(np.unique(acc)) <= {0.0, 1.0}
+    enc = policy.encode(torch.from_numpy(scenes.images).expand(2, -1, -1, -1, -1),
+                        torch.from_numpy(scenes.question).expand(2, -1))
+    pick = policy.answer_logits(enc, torch.from_numpy(scenes.target).expand(2, -1)[..., None]).squeeze(2).argmax(-1)
+    assert np.array_equal(acc, (pick.numpy() == scenes.answer).astype(float))

@@ -15,7 +15,7 @@ from .reward import (MASKED, chi_square_frequencies, counterfactual_cells, media
                      q_pas_select)
 from .scenes import (NUM_CELLS, NUM_COLOURS, PALETTE, SHAPE_MASKS, TEST_CUE, box_iou, cell_box, cell_crops,
                      make_scenes)
-from .training import ARM_NAMES, ARMS, evaluate, prob_of
+from .training import ARM_NAMES, ARMS, answer_accuracy_given, evaluate, prob_of
 
 __all__ = ["Config", "Result", "run", "measurements", "crop_blind_gap", "crop_reader_gap", "q_pas_checks",
            "counterfactual_cell_check", "updates_to_target"]
@@ -37,6 +37,8 @@ class Config:
     noninferiority_margin: float = 0.02
     headroom_max: float = 0.9
     target_fraction: float = 0.9
+    base_margin: float = 0.5
+    nocue_margin: float = 0.2
 
     def __post_init__(self):
         require_int("seed", self.seed, 0, 2**31 - 1)
@@ -44,7 +46,7 @@ class Config:
         require_int("exact_questions", self.exact_questions, 10, 100000)
         require_int("qpas_draws", self.qpas_draws, 1000, 10**7)
         for name in ("headline_margin", "grounding_level", "iou_margin", "premise_gap", "control_margin",
-                     "noninferiority_margin", "headroom_max", "target_fraction"):
+                     "noninferiority_margin", "headroom_max", "target_fraction", "base_margin", "nocue_margin"):
             require_number(name, getattr(self, name), 0.0, 1.0)
 
 
@@ -60,6 +62,8 @@ class Result:
     curves: dict        # from the asset: 'round' (R,), per metric (R, models)
     models: list
     settings: dict
+    base: dict = field(default_factory=dict)    # the pretrained bases, per training seed: (seeds, n) arrays
+    tint_rule_id: float = float("nan")          # accuracy of "answer the tint colour" on the ID test questions
     checks: dict = field(default_factory=dict)
 
 
@@ -182,10 +186,16 @@ def run(config: Config, policy: GroundedPolicy, policy_third: GroundedPolicy, me
               "q_pas": q_pas_checks(config.qpas_draws, np.random.default_rng([config.seed, 48, 14])),
               "cells": counterfactual_cell_check(10000, np.random.default_rng([config.seed, 48, 15]))}
     curves = meta["log"]["curves"]
+    base = meta["base"]
+    base_id, base_ood = evaluate(base, test_id, faithfulness=False), evaluate(base, test_ood, faithfulness=False)
+    other = (test_ood.target + np.random.default_rng([config.seed, 48, 16]).integers(1, NUM_CELLS, len(test_ood))) % NUM_CELLS
+    base_ev = {"target_ood": answer_accuracy_given(base, test_ood, test_ood.target),
+               "other_ood": answer_accuracy_given(base, test_ood, other),
+               "id_correct": base_id["correct"], "ood_correct": base_ood["correct"], "grounded": base_ood["grounded"]}
     return Result(config=config, arms=ARM_NAMES, id=_by_arm(ev_id, models, k), ood=_by_arm(ev_ood, models, k),
                   ood_third=_by_arm(ev_third, models, k),
                   curves={key: np.asarray(v, float) for key, v in curves.items()}, models=models, settings=st,
-                  checks=checks)
+                  base=base_ev, tint_rule_id=float(np.mean(test_id.tint == test_id.answer)), checks=checks)
 
 
 # ------------------------------------------------------------------ statistics
@@ -209,6 +219,11 @@ def measurements(result: Result) -> dict:
     grd = lambda arm: result.ood[arm]["grounded"].mean(1)
     unit = "training seeds (paired)"
     m = {}
+    m["base_reads"] = stats.mean_interval(result.base["target_ood"].mean(1) - TEST_CUE, level=0.90,
+                                          unit="training seeds (pretrained bases)")
+    m["floor_cofact"] = stats.mean_interval(acc("id", "cofact") - result.tint_rule_id, level=0.90,
+                                            unit="training seeds")
+    m["floor_grpo"] = stats.mean_interval(acc("id", "grpo") - result.tint_rule_id, level=0.90, unit="training seeds")
     m["premise"] = stats.paired_difference(acc("id", "grpo"), acc("ood", "grpo"), level=0.95, unit=unit)
     m["headroom"] = stats.mean_interval(acc("ood", "grpo"), level=0.95, unit="training seeds")
     m["headline"] = stats.paired_difference(acc("ood", "cofact"), acc("ood", "grpo"), level=0.90, unit=unit)
@@ -218,6 +233,10 @@ def measurements(result: Result) -> dict:
                                                 level=0.90, unit=unit)
     m["no_boxes"] = stats.paired_difference(grd("grpo_iou"), grd("cofact"), level=0.90, unit=unit)
     m["selectivity"] = stats.paired_difference(acc("ood", "cofact"), acc("ood", "bonus_all"), level=0.90, unit=unit)
+    # the weaker no-cue arm of each training seed against chance: the no-cue control means something
+    # only where both arms have learnt to read crops
+    m["nocue_floor"] = stats.mean_interval(np.minimum(acc("ood", "nocue_grpo"), acc("ood", "nocue_cofact")) - TEST_CUE,
+                                           level=0.90, unit="training seeds")
     m["nocue"] = stats.paired_difference(acc("ood", "nocue_cofact"), acc("ood", "nocue_grpo"), level=0.90, unit=unit)
     m["qpas_final"] = stats.paired_difference(acc("id", "cofact"), acc("id", "no_qpas"), level=0.90, unit=unit)
     rounds = result.curves["round"]
@@ -233,4 +252,9 @@ def measurements(result: Result) -> dict:
                         "P(answer changes | target masked)": result.ood[arm]["changed"].mean(),
                         "OOD accuracy at 1/3 of updates": result.ood_third[arm]["correct"].mean()}
                   for arm in result.arms}
+    m["table"]["base"] = {"ID accuracy": result.base["id_correct"].mean(), "OOD accuracy": result.base["ood_correct"].mean(),
+                          "grounding (OOD)": result.base["grounded"].mean(),
+                          "P(answer changes | target masked)": float("nan"), "OOD accuracy at 1/3 of updates": float("nan")}
+    m["base_target_ood"] = float(result.base["target_ood"].mean())
+    m["base_other_ood"] = float(result.base["other_ood"].mean())
     return m

@@ -1,5 +1,14 @@
 """Rollouts, the arms, the lock-step GRPO trainer and the trained-policy asset.
 
+Every arm starts from a *base* that already reads its evidence: before RL, each training seed's
+network is fine-tuned by supervised cross-entropy on the cue-free copy of its training pool (tint
+independent of the answer), with the evidence cell given: the target cell with probability
+``pretrain_target_share`` and a uniformly drawn cell otherwise (``pretrain_base``). The base
+answers from the crop when it holds the asked shape, so the counterfactual gap is informative from
+the first update, while the evidence head has never been trained (it picks cells without regard to
+the question) and the tint shortcut is met first in RL. All arms of a training seed start from
+that seed's base.
+
 One update ("round") of every arm: draw ``questions_per_update`` training questions (the same ones
 for every arm of a training seed), sample ``group_size`` rollouts (evidence cell e, then answer y)
 per question, score the M = 2 matched counterfactuals of each rollout with the behaviour policy's
@@ -42,10 +51,11 @@ from compendium.training import TrainSpec, fit, torch_threads
 
 from .policy import GroundedPolicy
 from .reward import counterfactual_cells, mediator_gap, q_pas_probabilities, q_pas_select, shaped_reward
-from .scenes import TEST_CUE, make_scenes
+from .scenes import NUM_CELLS, TEST_CUE, make_scenes
 
 __all__ = ["Arm", "ARMS", "ARM_NAMES", "AssetSettings", "settings_for", "train_arms", "evaluate", "build_asset",
-           "load_policies", "ASSET_NAME", "checkpoint_rounds", "prob_of"]
+           "load_policies", "ASSET_NAME", "checkpoint_rounds", "prob_of", "pretrain_base", "training_pools", "initial_policy",
+           "answer_accuracy_given"]
 
 ASSET_NAME = "cofact_gvr_policies"
 
@@ -83,6 +93,9 @@ class AssetSettings:
     num_seeds: int
     learning_rate: float
     curve_questions: int
+    pretrain_steps: int = 800
+    pretrain_batch: int = 64
+    pretrain_target_share: float = 0.5   # share of pretraining questions shown the target cell
     train_cue: float = 0.85
     bonus_scale: float = 1.0            # lambda, fixed before any run
     quantile: float = 0.3
@@ -96,13 +109,15 @@ class AssetSettings:
 
 
 def settings_for(scale: str) -> AssetSettings:
-    """Smoke: 512 training questions, 8 per update, 200 updates; full: 4096, 16 per update, 600."""
+    """Smoke: 512 training questions, 800 pretraining steps, 8 questions per update, 200 updates;
+    full: 4096, 1500, 16 per update, 600."""
     if scale == "smoke":
         return AssetSettings(train_questions=512, updates=200, questions_per_update=8, group_size=8, minibatches=2,
-                             num_seeds=5, learning_rate=5e-3, curve_questions=64)
+                             num_seeds=5, learning_rate=5e-3, curve_questions=256, pretrain_steps=800)
     if scale == "full":
         return AssetSettings(train_questions=4096, updates=600, questions_per_update=16, group_size=8,
-                             minibatches=2, num_seeds=5, learning_rate=5e-3, curve_questions=128)
+                             minibatches=2, num_seeds=5, learning_rate=5e-3, curve_questions=512,
+                             pretrain_steps=1500)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
 
 
@@ -157,11 +172,88 @@ def _log_prob(logits, index):
     return torch.log_softmax(logits, -1).gather(-1, index[..., None]).squeeze(-1)
 
 
-def train_arms(arms, settings: AssetSettings, seed: int, curve_sets: dict | None = None):
+def training_pools(settings: AssetSettings, seed: int) -> dict:
+    """Per training seed, its pool of training questions with the cue ('train') and without ('none')."""
+    st = settings
+    return {s: dict(zip(("train", "none"), make_scenes(st.train_questions, st.train_cue,
+                                                       np.random.default_rng([seed, 48, 1, s]), cues=(TEST_CUE,))))
+            for s in range(st.num_seeds)}
+
+
+def _widths(st: AssetSettings) -> dict:
+    return dict(global_width=st.global_width, cell_width=st.cell_width, question_width=st.question_width,
+                hidden_width=st.hidden_width)
+
+
+def pretrain_base(settings: AssetSettings, seed: int, pools: dict | None = None):
+    """Supervised fine-tuning of one base network per training seed, before any RL.
+
+    Each step draws ``pretrain_batch`` questions of the seed's cue-free pool (tint independent of
+    the answer: the base does not learn the shortcut) and shows
+    the answer head the target cell with probability ``pretrain_target_share``, else a uniformly
+    drawn cell; the loss is the cross-entropy of the true colour. The evidence head gets no
+    gradient (the cell is given). Returns the base policy (one model per training seed) and the
+    training log.
+    """
+    st = settings
+    pools = training_pools(st, seed) if pools is None else pools
+    k = st.num_seeds
+    base = GroundedPolicy(k, [1000 * seed + s for s in range(k)], **_widths(st))
+    rngs = [np.random.default_rng([seed, 48, 4, s]) for s in range(k)]
+    b = st.pretrain_batch
+
+    def loss_fn(step: int) -> torch.Tensor:
+        per_seed, cells = [], []
+        for s in range(k):
+            idx = rngs[s].integers(0, st.train_questions, b)
+            pool = pools[s]["none"]
+            per_seed.append(_tensors(pool, idx))
+            shown = rngs[s].random(b) < st.pretrain_target_share
+            cells.append(np.where(shown, pool.target[idx], rngs[s].integers(0, NUM_CELLS, b)))
+        images, q, y, _ = _stack(per_seed)                                             # (K, B, ...)
+        enc = base.encode(images, q)
+        logits = base.answer_logits(enc, torch.from_numpy(np.stack(cells))[..., None]).squeeze(2)  # (K, B, 6)
+        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+        return ce.view(k, b).mean(1).sum()
+
+    spec = TrainSpec(max_steps=st.pretrain_steps, learning_rate=st.learning_rate, weight_decay=0.0, threads=1,
+                     log_every=max(1, st.pretrain_steps // 10))
+    log = fit(base, loss_fn, spec)
+    return base, log
+
+
+@torch.no_grad()
+def answer_accuracy_given(policy: GroundedPolicy, scenes, cells: np.ndarray) -> np.ndarray:
+    """Greedy answer accuracy of every model when shown the given evidence cells (n,): (M, n)."""
+    m = policy.num_models
+    images, q, y, _ = (x.expand(m, *x.shape) for x in _tensors(scenes))
+    enc = policy.encode(images, q)
+    c = torch.from_numpy(np.asarray(cells)).expand(m, -1)[..., None]
+    return (policy.answer_logits(enc, c).squeeze(2).argmax(-1) == y).numpy().astype(float)
+
+
+def initial_policy(models: list, settings: AssetSettings, seed: int, base: GroundedPolicy | None) -> GroundedPolicy:
+    """The policy every (arm, training seed) in ``models`` starts RL from: its seed's base (copied),
+    or random weights seeded by the training seed when ``base`` is None."""
+    st = settings
+    policy = GroundedPolicy(len(models), [1000 * seed + s for _, s in models], **_widths(st))
+    if base is not None:
+        if base.num_models != st.num_seeds:
+            raise ValueError(f"base has {base.num_models} models, need one per training seed ({st.num_seeds})")
+        src = torch.tensor([s for _, s in models])
+        with torch.no_grad():
+            for name, param in policy.named_parameters():
+                param.copy_(getattr(base, name)[src])
+    return policy
+
+
+def train_arms(arms, settings: AssetSettings, seed: int, curve_sets: dict | None = None,
+               base: GroundedPolicy | None = None):
     """Train every (arm, training seed) in lock step; return the policy, the model list and a log.
 
-    ``curve_sets`` maps a name ('id', 'ood') to scenes (per cue: {'train': ..., 'none': ...} are not
-    needed, the same test scenes go to every model) measured at ``checkpoint_rounds``.
+    ``curve_sets`` maps a name ('id', 'ood') to scenes (the same test scenes go to every model)
+    measured at ``checkpoint_rounds``. ``base`` (one model per training seed, from
+    ``pretrain_base``) is copied into every arm of its seed; None starts from random weights.
     """
     st = settings
     models = [(arm, s) for arm in arms for s in range(st.num_seeds)]
@@ -169,12 +261,8 @@ def train_arms(arms, settings: AssetSettings, seed: int, curve_sets: dict | None
     n = qn * g
     if n % k:
         raise ValueError("questions_per_update * group_size must be divisible by minibatches")
-    policy = GroundedPolicy(m, [1000 * seed + s for _, s in models], global_width=st.global_width,
-                            cell_width=st.cell_width, question_width=st.question_width, hidden_width=st.hidden_width)
-    pools = {}
-    for s in range(st.num_seeds):
-        pools[s] = dict(zip(("train", "none"), make_scenes(st.train_questions, st.train_cue,
-                                                            np.random.default_rng([seed, 48, 1, s]), cues=(TEST_CUE,))))
+    policy = initial_policy(models, st, seed, base)
+    pools = training_pools(st, seed)
     streams = {s: np.random.default_rng([seed, 48, 2, s]) for s in range(st.num_seeds)}
     gen = torch.Generator().manual_seed(int(seed) * 7919 + 48)
     reward_kind = [a.reward for a, _ in models]
@@ -261,15 +349,20 @@ def train_arms(arms, settings: AssetSettings, seed: int, curve_sets: dict | None
 
 
 def build_asset(out_dir: Path, scale: str, seed: int) -> dict:
-    """Train every arm x training seed; save ``policy.pt`` (final), ``policy_third.pt`` (after a third
-    of the updates: the equal-forward-pass point) and ``metadata.json`` (settings, models, curves)."""
+    """Pretrain the base of every training seed, then train every arm x training seed from it; save
+    ``policy_base.pt`` (the bases, one per training seed), ``policy.pt`` (final), ``policy_third.pt``
+    (after a third of the updates: the equal-forward-pass point) and ``metadata.json`` (settings,
+    models, curves)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     st = settings_for(scale)
     curve_id, curve_ood = make_scenes(st.curve_questions, st.train_cue, np.random.default_rng([seed, 48, 3]),
                                       cues=(TEST_CUE,))
     with torch_threads(1):
-        policy, models, log, snaps = train_arms(ARMS, st, seed, {"id": curve_id, "ood": curve_ood})
+        base, base_log = pretrain_base(st, seed)
+        policy, models, log, snaps = train_arms(ARMS, st, seed, {"id": curve_id, "ood": curve_ood}, base=base)
+    log["pretrain"] = base_log.to_dict()
+    torch.save(base.state_dict(), out_dir / "policy_base.pt")
     torch.save(policy.state_dict(), out_dir / "policy.pt")
     torch.save(snaps["third"], out_dir / "policy_third.pt")
     meta = {"name": ASSET_NAME, "scale": scale, "seed": int(seed), "settings": asdict(st),
@@ -279,15 +372,17 @@ def build_asset(out_dir: Path, scale: str, seed: int) -> dict:
 
 
 def load_policies(path: str | Path) -> tuple[GroundedPolicy, GroundedPolicy, dict]:
-    """The final policy, the one after a third of the updates, and the metadata, from an asset folder."""
+    """The final policy, the one after a third of the updates, and the metadata, from an asset folder;
+    the pretrained bases (one model per training seed) are ``meta["base"]``."""
     path = Path(path)
     meta = json.loads((path / "metadata.json").read_text())
     st = AssetSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["settings"].items()})
     out = []
-    for name in ("policy.pt", "policy_third.pt"):
-        p = GroundedPolicy(len(meta["models"]), [0] * len(meta["models"]), global_width=st.global_width,
-                           cell_width=st.cell_width, question_width=st.question_width, hidden_width=st.hidden_width)
+    for name, count in (("policy.pt", len(meta["models"])), ("policy_third.pt", len(meta["models"])),
+                        ("policy_base.pt", st.num_seeds)):
+        p = GroundedPolicy(count, [0] * count, **_widths(st))
         p.load_state_dict(torch.load(path / name, map_location="cpu", weights_only=True))
         out.append(p.eval())
     meta["settings_obj"] = st
+    meta["base"] = out[2]
     return out[0], out[1], meta
