@@ -145,10 +145,35 @@ def test_arms_use_equal_samples_and_k0_identity_has_power():
 
 def test_advantages_are_normalised_per_group():
     out = paper.advantage_checks(TINY)
-    assert out["max_abs_mean"] < 1e-10 and out["max_std_gap"] < 1e-10
-    assert out["tied_groups"] >= 1 and out["max_tied_adv"] == 0.0
+    assert out["max_abs_mean"] < 1e-10 and out["max_std_gap"] < 1e-10 and out["max_refine_gap"] < 1e-10
+    assert out["tied_groups"] >= 2 and out["max_tied_adv"] == 0.0 and out["max_zero_edit_adv"] == 0.0
     adv = group_advantages(torch.tensor([[0.1, 0.3, 0.3, 0.5]], dtype=torch.float64))
     assert adv.sum().abs() < 1e-12
+
+
+def test_refine_advantages_scale_without_centring():
+    d = np.array([[0.0, -0.2, -0.1, 0.3], [0.05, 0.05, 0.05, 0.05]])
+    adv = paper.refine_advantages(d)
+    s = d[0].std(ddof=1)
+    assert torch.allclose(adv[0], torch.as_tensor(d[0] / (s + 1e-4)))
+    assert adv[0, 0] == 0.0 and adv[0, 1] < 0 < adv[0, 3]            # the unchanged layout gets 0, not a bonus
+    assert torch.all(adv[1] == 0)                                        # a tied group carries no signal
+    # the centred GRPO advantage would have rewarded the edit that changed nothing
+    assert group_advantages(torch.as_tensor(d[:1]))[0, 0] > 0
+    with pytest.raises(ValueError):
+        paper.refine_advantages(np.zeros(1))
+
+
+def test_oracle_refiner_takes_the_best_edit_and_never_loses():
+    p = E.LayoutEnv(3, 6, seed=3).sample(6)
+    lay = np.random.default_rng(1).integers(0, E.NUM_BINS, size=(2, 6, 6, 4))
+    r = paper.oracle_refine(p, lay, 2)
+    assert r.shape == (2, 6, 3) and np.all(np.diff(r, axis=-1) >= -1e-12)
+    assert np.allclose(r[..., 0], E.reward(p, lay))
+    # first step: the best single edit, found here by brute force on one prompt
+    one = p.take([0])
+    best = max(E.apply_edit(one, lay[0, :1], np.array([a]))[1][0] for a in range(E.num_refine_actions()))
+    assert r[0, 0, 1] - r[0, 0, 0] == pytest.approx(best, abs=1e-12)
 
 
 def test_permuted_control_shuffles_refine_rewards_within_groups():
@@ -178,12 +203,23 @@ def test_tiny_training_run_evaluation_and_asset_roundtrip(tmp_path, monkeypatch)
     lo, hi = paper.component_range(res)
     assert 0.0 <= lo <= hi <= 1.0
     m = paper.measurements(res)
-    assert len(m["sarl_vs_traj"]) == 2 and all(isinstance(e, Estimate) for e in m["sarl_vs_traj"])
+    # the unit is the trained model: one value per training seed, per-seed prompt intervals as details
+    e = m["sarl_vs_traj"]
+    assert isinstance(e, Estimate) and e.n == 2 and e.unit == paper.UNIT
+    per_model = (ep["R"][:, :, -1] - res.episodes["trajectory"]["R"][:, :, -1]).mean(1)
+    assert np.isclose(e.point, per_model.mean())
+    assert len(m["sarl_vs_traj_by_seed"]) == 2 and m["sarl_vs_traj_by_seed"][0].n == 20
+    assert np.isclose(m["sarl_zero_share"].point, (ep["dR"] == 0).mean())
     # the learned-model floor's chance reward: one value in [0, 1] per held-out prompt, and the floor
     # estimate is the arm's final reward minus it
     assert res.random_layout.shape == (20,) and np.all((res.random_layout >= 0) & (res.random_layout <= 1))
-    assert set(m["floor"]) == {"sarl", "trajectory"} and len(m["floor"]["sarl"]) == 2
-    assert np.isclose(m["floor"]["sarl"][0].point, (ep["R"][0, :, -1] - res.random_layout).mean())
+    assert set(m["floor"]) == {"sarl", "trajectory"} and m["floor"]["sarl"].n == 2
+    assert np.isclose(m["floor"]["sarl"].point, (ep["R"][:, :, -1] - res.random_layout).mean())
+    # the oracle starts from the stronger baseline's final layouts and can only gain
+    o = res.oracle[m["headroom_method"]]
+    assert o.shape == (2, 20, K + 1) and m["oracle_gain"].point >= 0
+    assert np.allclose(res.oracle["trajectory GRPO"][..., 0], res.episodes["trajectory"]["R"][:, :, -1])
+    assert np.allclose(res.oracle["best of K+1 one-shot drafts"][..., 0], res.best_of)
     assert len(meta["arms"]["sarl"]["curve"]["update"]) == TINY.updates + 1
     # best of K + 1 drafts is at least the greedy draft of the same policy
     assert np.all(res.best_of >= res.episodes["one_shot"]["R"][:, :, 0] - 1e-12)

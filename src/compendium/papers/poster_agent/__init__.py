@@ -21,8 +21,10 @@ loss is the shared PPO-clip ``compendium.rl.grpo_loss`` (clip 0.2, :math:`\beta 
 - trajectory GRPO: :math:`r_g = R(L_K^{(g)})` over the ``G`` episodes of a prompt, the same
   :math:`A_g` for the draft and for every edit of episode :math:`g`;
 - SARL, draft phase: :math:`r_g = R(L_0^{(g)})` over ``G`` drafts of a prompt;
-  refine phase: from one fixed state :math:`L`, ``G`` edits with :math:`r_g = \Delta R = R(L \oplus a_g) - R(L)`,
-  normalised in that refine group (K groups per prompt along the chain);
+  refine phase: from one fixed state :math:`L`, ``G`` edits with :math:`\Delta R_g = R(L \oplus a_g) - R(L)`
+  and advantage :math:`\Delta R_g / (s_{\Delta R} + 10^{-4})` (``training.refine_advantages``): the
+  fixed state's reward is the baseline, the refine group sets the scale (K groups per prompt along
+  the chain);
 - SARL without group normalisation: :math:`A = R(L_0)` and :math:`A = \Delta R` as they are;
 - one-shot: drafts only, :math:`r_g = R(L_0^{(g)})` over a group of :math:`G(K + 1)` drafts.
 
@@ -46,10 +48,11 @@ Small-scale deviations
   element tokens of six slots (absent slots masked), not a multimodal LLM; the "render" the refiner
   sees is each text block's rendered height (the only place the hidden typeface factor enters),
   not an image.
-- Smoke: 3 elements (title, image, one text block), K = 2, 150 updates; full: 3-6 elements,
+- Smoke: 3 elements (title, image, one text block), K = 2, 300 updates; full: 3-6 elements,
   K = 4, 1000 updates (the card's 2k updates do not fit the 10-minute budget with five arms);
-  3 training seeds, 8 prompts x G = 8 per update, two clipped epochs per batch.
-- beta = 0 (no reference model; the issue allows beta <= 0.001), one learning rate (3e-3) for
+  6 training seeds per arm (the unit of every interval), 8 prompts x G = 8 per update, two
+  clipped epochs per batch.
+- beta = 0 (no reference model; the issue allows beta <= 0.001), one learning rate (1e-3) for
   every arm, no tuning of any arm.
 - The SARL refine phase's fixed states are the chain of one sampled draft per prompt (each next
   state reached by the group's first edit), i.e. on-policy states, not a replay buffer.
@@ -57,7 +60,9 @@ Small-scale deviations
 
 from .env import COMPONENTS, NUM_BINS, SLOTS, LayoutEnv, Prompts, apply_edit, boxes, render, reward
 from .experiment import (
+    DEGENERATE_MAX,
     FLOOR_MARGIN,
+    PROMPT_UNIT,
     UNIT,
     Config,
     Result,
@@ -72,10 +77,11 @@ from .experiment import (
     weakest,
 )
 from .policy import LayoutPolicy
-from .training import ARMS, ASSET_NAME, Settings, arm_loss, best_of_drafts, build_asset, collect, evaluate, load_policies, settings_for, train_arm
+from .training import (ARMS, ASSET_NAME, Settings, arm_loss, best_of_drafts, build_asset, collect, evaluate, load_policies,
+                       oracle_refine, refine_advantages, settings_for, train_arm)
 
 __all__ = [
-    "ARMS", "ASSET_NAME", "COMPONENTS", "FLOOR_MARGIN", "NUM_BINS", "SLOTS", "UNIT", "Config", "LayoutEnv", "LayoutPolicy", "Prompts",
+    "ARMS", "ASSET_NAME", "COMPONENTS", "DEGENERATE_MAX", "FLOOR_MARGIN", "PROMPT_UNIT", "oracle_refine", "refine_advantages", "NUM_BINS", "SLOTS", "UNIT", "Config", "LayoutEnv", "LayoutPolicy", "Prompts",
     "Result", "Settings", "advantage_checks", "apply_edit", "arm_loss", "best_of_drafts", "boxes", "build_asset",
     "collect", "component_range", "determinism_gap", "evaluate", "k0_gradient_gap", "load_policies", "measurements",
     "per_seed", "render", "reward", "run", "settings_for", "telescoping_gap", "train_arm", "weakest",

@@ -9,10 +9,16 @@ draft or an executed edit each, counted in ``collect``):
                    episodes and broadcast to every action of the episode.
 ``sarl``           draft phase: ``G`` drafts, R(L_0) normalised in the draft group; refine phase:
                    from a fixed state (a draft of the group, then the state reached by the chain's
-                   first member), a group of ``G`` edits, dR = R(L') - R(L) normalised in the refine
-                   group; K refine groups per prompt.
+                   first member), a group of ``G`` edits, advantage dR / (s_dR + 1e-4) with
+                   dR = R(L') - R(L) and s_dR the refine group's std: the fixed state's own reward is
+                   the baseline (an edit that changes nothing gets advantage 0), the group sets the
+                   scale (``refine_advantages``); K refine groups per prompt.
 ``sarl_no_norm``   SARL with the raw phase rewards as advantages (R(L_0), dR): no group baseline.
 ``sarl_permuted``  the negative control: SARL with dR permuted within each refine group.
+
+Until 2026-12-07 the refine phase also centred dR on the group mean (``group_advantages``); an
+edit that changed nothing then had a positive advantage whenever most of the group's edits did
+harm, and the SARL refiner learnt to change nothing (see the chapter's "Changes after first results").
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from compendium.training import TrainSpec, fit
 from .env import NUM_BINS, SLOTS, LayoutEnv, Prompts, apply_edit, draft_features, refine_features, reward
 from .policy import LayoutPolicy
 
-__all__ = ["ARMS", "ASSET_NAME", "Settings", "settings_for", "collect", "arm_loss", "train_arm", "evaluate",
-           "best_of_drafts", "build_asset", "load_policies"]
+__all__ = ["ARMS", "ASSET_NAME", "Settings", "settings_for", "refine_advantages", "collect", "arm_loss", "train_arm",
+           "evaluate", "best_of_drafts", "oracle_refine", "build_asset", "load_policies"]
 
 ASSET_NAME = "poster_agent_policies"
 ARMS = ("one_shot", "trajectory", "sarl", "sarl_no_norm", "sarl_permuted")
@@ -58,14 +64,32 @@ class Settings:
 
 
 def settings_for(scale: str) -> Settings:
-    """Smoke: 3 elements, K = 2, 150 updates; full: 3-6 elements, K = 4, 1000 updates (3 seeds each)."""
-    common = dict(num_seeds=3, prompts_per_update=8, group_size=8, hidden=64, learning_rate=1e-3, ppo_epochs=2,
+    """Smoke: 3 elements, K = 2, 300 updates; full: 3-6 elements, K = 4, 1000 updates; six training
+    seeds per arm at both scales (the unit of every interval), learning rate 1e-3."""
+    common = dict(num_seeds=6, prompts_per_update=8, group_size=8, hidden=64, learning_rate=1e-3, ppo_epochs=2,
                   clip_eps=0.2, kl_coef=0.0, monitor_prompts=64)
     if scale == "smoke":
         return Settings(updates=300, refine_steps=2, min_elements=3, max_elements=3, curve_every=25, **common)
     if scale == "full":
         return Settings(updates=1000, refine_steps=4, min_elements=3, max_elements=6, curve_every=50, **common)
     raise ValueError(f"scale must be 'smoke' or 'full', got {scale!r}")
+
+
+def refine_advantages(delta, eps: float = 1e-4) -> torch.Tensor:
+    """SARL's refine-phase advantage of a group of edits from one fixed state (last axis):
+    ``dR / (std_g dR + eps)``, exactly 0 in a group whose increments tie.
+
+    ``dR = R(L') - R(L)`` is already measured against the fixed state's reward, so it is not centred
+    again on the group mean: an edit that changes nothing gets advantage 0, a harmful edit a
+    negative one, whatever the rest of the group did. The group only sets the scale (the unbiased
+    std, as in ``compendium.rl.group_advantages``).
+    """
+    d = torch.as_tensor(np.asarray(delta), dtype=torch.float64)
+    if d.dim() < 1 or d.shape[-1] < 2:
+        raise ValueError(f"delta needs a last (group) axis of size >= 2, got shape {tuple(d.shape)}")
+    flat = d.amax(dim=-1, keepdim=True) == d.amin(dim=-1, keepdim=True)
+    out = d / (d.std(dim=-1, keepdim=True) + eps)
+    return torch.where(flat, torch.zeros_like(out), out)
 
 
 def _t(x, dtype=torch.float32):
@@ -150,7 +174,7 @@ def collect(arm: str, policy, prompts: Prompts, st: Settings, generator, rng, re
             d = step["delta"]                                                      # (M, P, G) dR of the group
             if arm == "sarl_permuted":
                 d = np.take_along_axis(d, np.argsort(rng.random(d.shape), axis=-1), axis=-1)
-            adv = torch.as_tensor(d, dtype=dtype) if arm == "sarl_no_norm" else group_advantages(d).to(dtype)
+            adv = torch.as_tensor(d, dtype=dtype) if arm == "sarl_no_norm" else refine_advantages(d).to(dtype)
             feats.append(step["features"]), pres.append(step["present"]), acts.append(step["action"]), lps.append(step["logp"])
             advs.append(adv.reshape(m, -1))
             state = step["new"][:, :, 0]                                           # the chain follows member 0
@@ -217,7 +241,28 @@ def best_of_drafts(policy, prompts: Prompts, count: int, generator) -> dict:
         sampled, _, _ = _draft(policy, pm, count - 1, generator)
         drafts = np.concatenate([greedy, sampled], axis=2)
     r = reward(pm.expand(1), drafts)
-    return {"best": r.max(-1), "all": r}
+    pick = r.argmax(-1)
+    layouts = np.take_along_axis(drafts, pick[:, :, None, None, None], axis=2)[:, :, 0]
+    return {"best": r.max(-1), "all": r, "layouts": layouts}
+
+
+def oracle_refine(prompts: Prompts, layouts, steps: int) -> np.ndarray:
+    """The reward an oracle refiner reaches: from layouts (M, N, S, 4) on prompts (N, S), ``steps``
+    times the edit (of all ``6 * 8 + 1``, the no-op included) with the largest true dR. Returns
+    R (M, N, steps + 1) along the oracle's chain (non-decreasing, since the no-op is allowed)."""
+    from .env import num_refine_actions
+    m = layouts.shape[0]
+    pm = Prompts(*(np.broadcast_to(a, (m,) + a.shape)[:, :, None] for a in (prompts.present, prompts.value, prompts.kappa)))
+    acts = np.arange(num_refine_actions())
+    state = np.asarray(layouts)
+    rewards = [reward(Prompts(pm.present[:, :, 0], pm.value[:, :, 0], pm.kappa[:, :, 0]), state)]
+    for _ in range(steps):
+        tiled = np.broadcast_to(state[:, :, None], state.shape[:2] + (len(acts),) + state.shape[2:])
+        new, delta = apply_edit(pm, tiled, np.broadcast_to(acts, state.shape[:2] + (len(acts),)))
+        best = delta.argmax(-1)
+        state = np.take_along_axis(new, best[:, :, None, None, None], axis=2)[:, :, 0]
+        rewards.append(rewards[-1] + np.take_along_axis(delta, best[:, :, None], axis=2)[:, :, 0])
+    return np.stack(rewards, axis=-1)
 
 
 def train_arm(arm: str, st: Settings, seeds, monitor: Prompts):
