@@ -274,9 +274,48 @@ def test_tiny_run_is_deterministic_with_variants():
     m = paper.measurements(r1)
     assert isinstance(m["headline"], Estimate) and m["headline_key"] in config.dataset_names()
     assert 0.0 <= m["gap_p"] <= 1.0
+    assert 0.0 <= m["similar_sce_noise_floor"] <= 1.0 and m["headline_half_width"] >= 0.0
+    assert isinstance(m["feature_floor"], Estimate)
+    assert r1.correct["h=0.2"]["graphmae"].shape == (2, len(r1.correct["h=0.2"]["graphmae"][0]))
     for v in paper.VARIANTS:                            # the variants: trained on the three levels, not on digits
         assert r1.accuracy["h=0.5"][v].shape == (2,) and v not in r1.accuracy["digits"]
         assert isinstance(m["variants"][v]["vs_c2"], Estimate) and 0 <= m["variants"][v]["passing"] <= 3
     assert "rwse_only" in r1.accuracy["h=0.2"] and isinstance(m["js_loss_js"], Estimate)
     assert r1.checks["rwse_error"] < 1e-8 and r1.checks["kernel_training"]["loss_gap"] <= 1e-4
     assert set(r1.checks["density_coverage"]) == {"random", "degree", "kcore", "clustering"}
+
+
+def test_self_path_is_bit_for_bit_and_changes_the_encoder():
+    gr = _graph(50)
+    s = paper.TrainSettings(epochs=3, self_path=True)
+    assert paper.bit_for_bit_gap(gr, s, 2) == 0.0                  # the reference writes the skip out itself
+    torch.manual_seed(0)
+    model = paper.GraphMAE(8, 0, s)
+    assert model.skip1.weight.shape == (64, 8) and model.skip2.weight.shape == (64, 64)
+    model.eval()
+    ei = paper.with_self_loops(gr.edge_index, 50)
+    with_skip = model.encode(gr.x, ei)
+    model.skip1, model.skip2 = None, None
+    assert not torch.allclose(with_skip, model.encode(gr.x, ei))
+    # the GAT layers are drawn before the skips: the same seed gives the same GAT weights with or without
+    torch.manual_seed(0)
+    plain = paper.GraphMAE(8, 0, paper.TrainSettings(epochs=3))
+    assert plain.skip1 is None and torch.equal(plain.enc1.lin.weight, model.enc1.lin.weight)
+    # the kernel check still trains through the segment kernel with the self path on
+    arm = paper.arms(1.0, 1.0)["c2"]
+    gap = paper.kernel_training_gap(gr, paper.TrainSettings(epochs=2, self_path=True), 0, arm, 4, backend="reference")
+    assert gap["loss_gap"] <= 1e-4
+
+
+def test_noise_floor_fraction_known_values():
+    n = 100
+    a = np.zeros(n, bool)
+    b = a.copy()
+    b[:4] = True                                                   # 4 discordant nodes; > 2 points needs |2B - 4| > 2: B in {0, 4}
+    sce = np.array([1.0, 1.0])
+    assert paper.noise_floor_fraction([np.stack([a, b])], [sce]) == pytest.approx(2 / 16)
+    assert paper.noise_floor_fraction([np.stack([a, a])], [sce]) == 0.0          # identical predictions: no noise
+    assert paper.noise_floor_fraction([np.stack([a, b])], [np.array([1.0, 2.0])]) == 0.0   # no close pair
+    c = np.zeros(n, bool)
+    c[:40] = True                                                  # many discordant nodes: noise alone often > 2 points
+    assert paper.noise_floor_fraction([np.stack([a, c])], [sce]) > 0.5

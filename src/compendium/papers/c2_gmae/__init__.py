@@ -49,6 +49,9 @@ Small-scale deviations
   GraphMAE's 300-epoch Adam probe with validation-epoch selection.
 - One graph per dataset and chapter seed: intervals are over training seeds on that graph; a
   seed sweep redraws the graphs.
+- Every encoder layer has a self path (a bias-free linear skip from its input, ``self_path``):
+  GraphMAE's has none; without it the two-layer GAT averaged a node's own features away at
+  h = 0.2 and did not beat its own random initialisation.
 - GCNConv is not used: GraphMAE's encoder and decoder are GATs and HEA acts on GAT logits.
 - The arms train on ``GATConv``; the segment-softmax kernel module is trained through only in the
   ledger's check (its reference on the CPU; the Triton kernel in the interpreter in the tests)
@@ -61,6 +64,8 @@ Small-scale deviations
 from .experiment import (
     DEV_SEED,
     DIGITS,
+    FEATURE_FLOOR,
+    HEADLINE_HALF_WIDTH,
     LEVEL_CI,
     VARIANTS,
     Config,
@@ -70,6 +75,7 @@ from .experiment import (
     coverage_by_density,
     coverage_histograms,
     deciding_level,
+    dev_baseline,
     dev_feature_probe,
     dev_graphs,
     hea_weight_violations,
@@ -80,6 +86,7 @@ from .experiment import (
     make_datasets,
     mask_count_checks,
     measurements,
+    noise_floor_fraction,
     reference_graphmae_losses,
     run,
     rwse_error,

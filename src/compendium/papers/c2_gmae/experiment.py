@@ -19,12 +19,14 @@ from . import model as m
 __all__ = ["Config", "Result", "run", "make_datasets", "calibrate_noise", "mask_count_checks",
            "coverage_histograms", "hea_weight_violations", "laplacian_pe_error", "reference_graphmae_losses",
            "bit_for_bit_gap", "measurements", "rwse_error", "coverage_by_density", "segment_conv",
-           "kernel_training_gap", "kernel_equals_reference", "VARIANTS", "dev_graphs", "dev_feature_probe", "DEV_SEED", "levels_passing", "deciding_level", "select_beta_mu", "LEVEL_CI"]
+           "kernel_training_gap", "kernel_equals_reference", "VARIANTS", "dev_graphs", "dev_feature_probe", "DEV_SEED", "levels_passing", "deciding_level", "select_beta_mu", "LEVEL_CI", "dev_baseline", "noise_floor_fraction", "HEADLINE_HALF_WIDTH", "FEATURE_FLOOR"]
 
 LEVEL_CI = 0.90          # two-sided 90% t interval: lower end > 0  <=>  one-sided paired t p < 0.05
 SCE_CLOSE = 0.02         # the motivating observation: final SCE within 2% (relative)
 ACC_APART = 0.02         # ... and probe accuracy more than 2 points apart
 DIGITS = "digits"
+HEADLINE_HALF_WIDTH = 0.03   # power control: the deciding level's 90% interval must resolve a 3-point gain
+FEATURE_FLOOR = -0.05        # precondition at the lowest h: GraphMAE at most 5 points below the raw-feature probe
 VARIANTS = ("c2_rwse", "c2_js", "c2_kcore", "c2_clustering")   # C2-full with one part swapped (``variants``)
 
 
@@ -53,6 +55,7 @@ class Config:
     consistency_weight_js: float = 100.0
     coverage_tau: float = 1.0
     learning_rate: float = 0.005
+    self_path: bool = True
     ablations: bool = False
     variants: bool = False
     check_graphs: int = 100
@@ -89,7 +92,7 @@ class Config:
     def settings(self) -> m.TrainSettings:
         return m.TrainSettings(epochs=self.epochs, mask_rate=self.mask_rate, replace_rate=self.replace_rate,
                                sce_alpha=self.sce_alpha, learning_rate=self.learning_rate,
-                               coverage_tau=self.coverage_tau)
+                               coverage_tau=self.coverage_tau, self_path=bool(self.self_path))
 
     def dataset_names(self) -> tuple:
         return tuple(f"h={h:g}" for h in self.homophily_levels) + (DIGITS,)
@@ -102,6 +105,7 @@ class Result:
     config: Config
     accuracy: dict = field(default_factory=dict)        # [dataset][arm] -> (S,)
     quartile_accuracy: dict = field(default_factory=dict)  # [dataset][arm] -> (S, 4)
+    correct: dict = field(default_factory=dict)          # [dataset][arm] -> (S, test nodes) per-node correctness
     sce: dict = field(default_factory=dict)             # [dataset][arm] -> (S,)
     js: dict = field(default_factory=dict)              # [dataset][arm] -> (S,)
     loss_curves: dict = field(default_factory=dict)     # [dataset][arm] -> (S, epochs)
@@ -342,7 +346,8 @@ def kernel_equals_reference(device: str = "cpu", seed: int = 0, timeout: float =
 
 def reference_graphmae_losses(x: torch.Tensor, edge_index: torch.Tensor, settings: m.TrainSettings, seed: int) -> np.ndarray:
     """A plain GraphMAE training loop (torch_geometric ``GATConv``, ``torch.optim.Adam``, no C2
-    code path: no bias, no PE, one view, random masks), seeded as :func:`model.train_gmae` is.
+    code path: no bias, no PE, one view, random masks; the self path, if ``settings`` has it, written
+    out here), seeded as :func:`model.train_gmae` is.
     Its loss curve must equal ``train_gmae`` with every C2 part off, bit for bit."""
     from torch_geometric.nn import GATConv
 
@@ -368,8 +373,10 @@ def reference_graphmae_losses(x: torch.Tensor, edge_index: torch.Tensor, setting
             xin[token] = 0.0
             xin[noise] = x[src]
             xin[token] = xin[token] + net.enc_mask_token
-            h = net.act2(net.enc2(torch.nn.functional.dropout(net.act1(net.enc1(
-                torch.nn.functional.dropout(xin, settings.in_drop, True), edge_index)), settings.in_drop, True), edge_index))
+            a = torch.nn.functional.dropout(xin, settings.in_drop, True)
+            h = net.enc1(a, edge_index) + (net.skip1(a) if settings.self_path else 0.0)
+            a = torch.nn.functional.dropout(net.act1(h), settings.in_drop, True)
+            h = net.act2(net.enc2(a, edge_index) + (net.skip2(a) if settings.self_path else 0.0))
             r = net.encoder_to_decoder(h).index_fill(0, mask_nodes, 0.0)
             z = net.dec(r, edge_index)
             loss = m.sce_loss(x[mask_nodes], z[mask_nodes], settings.sce_alpha)
@@ -427,11 +434,13 @@ def _run(config: Config, progress=None, kernel_backend: str = "auto") -> Result:
         probes = ["random_init", "pe_only"] + (["rwse_only"] if "rwse" in pes else [])
         acc = {a: [] for a in arm_names + probes}
         quart = {a: [] for a in acc}
+        corr = {a: [] for a in acc}
         sce, js, curves = {a: [] for a in arm_names}, {a: [] for a in arm_names}, {a: [] for a in arm_names}
 
         def record(arm, Z):
             correct = g.probe_accuracy(Z, graph.y, split)
             acc[arm].append(correct.mean())
+            corr[arm].append(correct)
             quart[arm].append([correct[test_q == q].mean() for q in range(4)])
 
         for s in range(config.num_seeds):
@@ -456,6 +465,7 @@ def _run(config: Config, progress=None, kernel_backend: str = "auto") -> Result:
                 progress(name, s)
         res.accuracy[name] = {a: np.array(v) for a, v in acc.items()}
         res.quartile_accuracy[name] = {a: np.array(v) for a, v in quart.items()}
+        res.correct[name] = {a: np.array(v) for a, v in corr.items()}
         res.sce[name] = {a: np.array(v) for a, v in sce.items()}
         res.js[name] = {a: np.array(v) for a, v in js.items()}
         res.loss_curves[name] = {a: np.array(v) for a, v in curves.items()}
@@ -472,7 +482,8 @@ def _run(config: Config, progress=None, kernel_backend: str = "auto") -> Result:
     res.checks["rwse_error"] = max(rwse_error(d, config.pe_dim) for d in datasets.values())
     res.checks["density_coverage"] = coverage_by_density(first, config, config.check_epochs, config.seed)
     small = g.csbm_dc(120, 4, 0.5, 6.0, 16, 1.0, np.random.default_rng([config.seed, 15]))
-    small_settings = m.TrainSettings(epochs=20, mask_rate=config.mask_rate, replace_rate=config.replace_rate)
+    small_settings = m.TrainSettings(epochs=20, mask_rate=config.mask_rate, replace_rate=config.replace_rate,
+                                     self_path=settings.self_path)
     res.checks["bit_for_bit"] = bit_for_bit_gap(small, small_settings, config.seed)
     res.checks["kernel_training"] = kernel_training_gap(small, small_settings, config.seed, trained["c2"], config.pe_dim,
                                                         backend=kernel_backend)
@@ -512,6 +523,27 @@ def _pairs_fraction(acc_runs: list, sce_runs: list, idx: np.ndarray) -> float:
     return apart / close if close else 0.0
 
 
+def noise_floor_fraction(correct_runs: list, sce_runs: list) -> float:
+    r"""The fraction :func:`_pairs_fraction` would give from test-sampling noise alone: for each
+    pair of runs whose final SCE is within 2% (relative), with ``D`` test nodes on which exactly
+    one of the two is right, the chance under the null (each such node's sign a fair coin: both
+    runs equally good) that their accuracies differ by more than 2 points,
+    :math:`P(|2B - D| > 0.02\, n_{\rm test})`, :math:`B \sim \mathrm{Bin}(D, 1/2)`; averaged
+    over the close pairs, pooled over levels (0 when no pair is close)."""
+    from scipy.stats import binom
+
+    probs = []
+    for corr, sce in zip(correct_runs, sce_runs):
+        n_test = corr.shape[1]
+        for i, j in itertools.combinations(range(len(sce)), 2):
+            if abs(sce[i] - sce[j]) / (0.5 * (sce[i] + sce[j])) >= SCE_CLOSE:
+                continue
+            D = int(np.sum(corr[i] != corr[j]))
+            b = np.arange(D + 1)
+            probs.append(float(binom.pmf(b, D, 0.5)[np.abs(2 * b - D) > ACC_APART * n_test].sum()))
+    return float(np.mean(probs)) if probs else 0.0
+
+
 def measurements(res: Result) -> dict:
     """Every estimate the ledger decides on (see the chapter's Verification section)."""
     c = res.config
@@ -528,6 +560,10 @@ def measurements(res: Result) -> dict:
     out["pe_only_levels"] = {k: _diff(res, k, "c2", "pe_only") for k in levels}
     out["pe_only_passing"] = levels_passing(out["pe_only_levels"])
     gm = {k: mean_interval(res.accuracy[k]["graphmae"], level=0.95, unit="training seeds") for k in levels}
+    out["headline_half_width"] = float(out["headline"].high - out["headline"].point)
+    lo_level = levels[0]
+    out["feature_floor"] = mean_interval(res.accuracy[lo_level]["graphmae"] - res.info[lo_level]["feature_probe"], level=LEVEL_CI,
+                                         unit="training seeds")
     out["headroom_key"] = max(gm, key=lambda k: gm[k].point)
     out["headroom"] = gm[out["headroom_key"]]
     out["digits"] = _diff(res, DIGITS, "c2", "graphmae")
@@ -562,6 +598,8 @@ def measurements(res: Result) -> dict:
     out["similar_sce_fraction"] = bootstrap_interval(idx, lambda i: _pairs_fraction(acc_runs, sce_runs, np.sort(i).astype(int)),
                                                      level=0.95, unit="GraphMAE runs", rng=np.random.default_rng([c.seed, 16]),
                                                      resamples=500)
+    corr_runs = [np.concatenate([res.correct[k]["graphmae"], res.correct[k]["graphmae_b"]]) for k in levels]
+    out["similar_sce_noise_floor"] = noise_floor_fraction(corr_runs, sce_runs)
     out["similar_sce_pairs"] = sum(int(abs(s[i] - s[j]) / (0.5 * (s[i] + s[j])) < SCE_CLOSE)
                                    for s in sce_runs for i, j in itertools.combinations(range(R), 2))
     gaps_acc = [np.abs(a[:, None] - a[None, :]) for a in acc_runs]
@@ -576,6 +614,38 @@ def measurements(res: Result) -> dict:
             out["variants"][v] = {"levels": lv, "key": key, "headline": est, "passing": levels_passing(lv), "vs_c2": vs_c2}
         out["js_loss_js"] = mean_interval(np.mean([J[k]["c2_js"] - J[k]["c2"] for k in levels], 0), level=LEVEL_CI,
                                           unit="training seeds")
+    return out
+
+
+def dev_baseline(config: Config, seeds: int = 2, self_paths=(False, True)) -> dict:
+    """The baseline check on dev graphs: CSBMs at the chapter's three homophily levels (``DEV_SEED``,
+    ``num_nodes`` nodes), GraphMAE with and without the self path against its own random
+    initialisation and the raw-feature probe, *validation* accuracy, mean over ``seeds`` training
+    seeds. Returns ``{self_path: {level: {"graphmae", "random_init", "features"}}}``."""
+    from dataclasses import replace
+
+    from threadpoolctl import threadpool_limits
+
+    out = {}
+    with torch_threads(1), threadpool_limits(1):
+        for sp in self_paths:
+            settings = replace(config.settings(), self_path=sp)
+            out[sp] = {}
+            for i, h in enumerate(config.homophily_levels):
+                graph = g.csbm_dc(config.num_nodes, 4, h, config.mean_degree, config.feature_dim, config.feature_noise,
+                                  np.random.default_rng([DEV_SEED, 11, i]))
+                split = g.split_nodes(graph.y, np.random.default_rng([DEV_SEED, 13, i]))
+                gm, rnd = [], []
+                for s in range(seeds):
+                    seed_s = DEV_SEED * 10 + s
+                    model, _ = m.train_gmae(graph.x, graph.edge_index, None, np.zeros(graph.num_nodes, int),
+                                            m.ArmSpec(), settings, seed_s)
+                    gm.append(g.probe_accuracy(m.embed(model, graph.x), graph.y, split, "val").mean())
+                    with seeded_init(seed_s):
+                        rm = m.attach(m.GraphMAE(graph.x.shape[1], 0, settings), graph.edge_index, graph.num_nodes)
+                    rnd.append(g.probe_accuracy(m.embed(rm, graph.x), graph.y, split, "val").mean())
+                out[sp][f"h={h:g}"] = {"graphmae": float(np.mean(gm)), "random_init": float(np.mean(rnd)),
+                                       "features": g.feature_probe_accuracy(graph, split, "val")}
     return out
 
 

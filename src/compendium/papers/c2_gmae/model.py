@@ -85,6 +85,7 @@ class TrainSettings:
     attn_drop: float = 0.1
     dpm_bins: int = 4
     coverage_tau: float = 1.0
+    self_path: bool = False           # a bias-free linear skip from each encoder layer's input (GraphMAE has none)
 
 
 def arms(beta: float, mu: float, mu_js: float = 1.0) -> dict:
@@ -196,16 +197,31 @@ class GraphMAE(nn.Module):
         self.encoder_to_decoder = nn.Linear(hidden, hidden, bias=False)
         self.dec = conv(hidden, feature_dim, heads=1, **kw)
         self.in_drop = s.in_drop
+        self.skip1 = self.skip2 = None
+        if s.self_path:                                            # created last: the GAT layers' init is unchanged
+            self.skip1 = nn.Linear(feature_dim + pe_dim, hidden, bias=False)
+            self.skip2 = nn.Linear(hidden, hidden, bias=False)
+
+    def layer(self, k: int, h, edge_index, **kw):
+        """Encoder layer ``k`` (1 or 2) before its activation: the GAT output, plus ``skip_k(h)`` with a self path.
+        With ``return_attention_weights`` in ``kw`` returns ``(out, attention)``."""
+        conv, skip = (self.enc1, self.skip1) if k == 1 else (self.enc2, self.skip2)
+        out = conv(h, edge_index, **kw)
+        if skip is None:
+            return out
+        if isinstance(out, tuple):
+            return out[0] + skip(h), out[1]
+        return out + skip(h)
 
     def encode(self, x, edge_index, bias=None, return_attention=False):
         """``(n, heads * head_dim)``; with ``return_attention`` also the last layer's ``(edge_index, alpha)``."""
         kw = {} if bias is None else {"edge_attr": bias}
-        h = self.act1(self.enc1(F.dropout(x, self.in_drop, self.training), edge_index, **kw))
+        h = self.act1(self.layer(1, F.dropout(x, self.in_drop, self.training), edge_index, **kw))
         h = F.dropout(h, self.in_drop, self.training)
         if return_attention:
-            out, att = self.enc2(h, edge_index, return_attention_weights=True, **kw)
+            out, att = self.layer(2, h, edge_index, return_attention_weights=True, **kw)
             return self.act2(out), att
-        return self.act2(self.enc2(h, edge_index, **kw))
+        return self.act2(self.layer(2, h, edge_index, **kw))
 
     def decode(self, h, mask_nodes, edge_index, bias=None):
         kw = {} if bias is None else {"edge_attr": bias}
