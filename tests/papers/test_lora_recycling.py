@@ -243,6 +243,12 @@ def test_tiny_run(tiny_asset):
     res.kept[:] = True                                    # the statistics on every candidate
     m = paper.measurements(res)
     assert m["headline"].estimate.n == 2 * TINY["candidates_per_regime"]
+    for g in ("R1", "R2"):                                # the per-regime headline rows: one regime's targets each
+        h, sel = m["headline_by_regime"][g], res.regime == g
+        assert h.estimate.n == TINY["candidates_per_regime"]
+        assert math.isclose(h.estimate.point, float(np.mean(res.accuracy["ours"][sel] - res.accuracy["ours_random_pool"][sel])),
+                            abs_tol=1e-9)
+        assert h.estimate.level == 0.9 and h.estimate.low <= h.estimate.point <= h.estimate.high
     assert 0 <= m["beats_base"].low <= m["beats_base"].high <= 1
 
 

@@ -223,159 +223,216 @@ def _targets(cfg: Config, asset: dict, rng: np.random.Generator):
     return np.array(U), np.array(regime), np.array(masks), np.array(dup)
 
 
-def run(config: Config, asset: dict) -> Result:
-    """Every arm on every candidate target and seed (one batched program per kind of training)."""
-    cfg = config
+@dataclass
+class _Problems:
+    """What every stage of ``run`` shares: the base weights, the pool, the problems' data (problem
+    ``p`` = target ``p // S``, seed ``p % S``), the two random streams and the learning-rate grids."""
+
+    cfg: Config
+    asset: dict
+    rng: np.random.Generator
+    gen: torch.Generator
+    W: dict
+    A: dict
+    B: dict
+    scales: torch.Tensor
+    D: dict                                   # pool ΔW per module (N, out, in)
+    T: int
+    S: int
+    K: int
+    P: int
+    pmask: np.ndarray                         # (P, N) the regime's candidate pool
+    pdup: np.ndarray                          # (P,) the near-duplicate's pool index (-1 outside R3)
+    data: dict                                # split -> (x (P, n, d), y (P, n))
+    lrs_merge: list
+    lrs_lora: list
+
+    def test_acc(self, deltas=None, split="test"):
+        x, y = self.data[split]
+        with torch.no_grad():
+            return accuracy_and_loss(mlp_forward(self.W, x, deltas), y)[0].numpy()
+
+    def dev_eval(self, deltas):               # deltas (P, L, out, in) -> acc, loss (P, L)
+        x, y = self.data["dev"]
+        with torch.no_grad():
+            return accuracy_and_loss(mlp_forward(self.W, x[:, None], deltas), y[:, None])
+
+    def factors(self, choice):
+        return np.asarray(self.cfg.learning_rate_factors)[choice.numpy()]
+
+
+def _setup(cfg: Config, asset: dict, res: Result) -> _Problems:
     rng = np.random.default_rng([cfg.seed, 27])
     gen = torch.Generator().manual_seed(cfg.seed * 7919 + 27)
-    W, A, B, scales = asset["weights"], asset["A"], asset["B"], asset["scales"]
     N, K, S = len(asset["teachers"]), cfg.num_selected, cfg.num_seeds
     U, regime, masks, dup = _targets(cfg, asset, rng)
     if K > masks.sum(1).min():
         raise ValueError(f"num_selected {K} exceeds the smallest candidate pool ({masks.sum(1).min()} LoRAs)")
     T = len(U)
-    P = T * S                                    # problem p = target p // S, seed p % S
-    teach, pmask, pdup = np.repeat(U, S, 0), np.repeat(masks, S, 0), np.repeat(dup, S)
-    xtr, ytr = sample_task(teach, cfg.train_examples, rng)
-    xdv, ydv = sample_task(teach, cfg.dev_examples, rng)
-    xte, yte = sample_task(teach, cfg.test_examples, rng)
-    xck, yck = sample_task(teach, cfg.check_examples, rng)
-    lrs_merge = [cfg.merge_learning_rate * f for f in cfg.learning_rate_factors]
-    lrs_lora = [cfg.lora_learning_rate * f for f in cfg.learning_rate_factors]
-    L = len(cfg.learning_rate_factors)
-    res = Result(config=cfg, regime=regime, near_duplicate=dup)
-    acc_p: dict = {}
+    teach = np.repeat(U, S, 0)
+    data = {split: sample_task(teach, n, rng) for split, n in (("train", cfg.train_examples), ("dev", cfg.dev_examples),
+                                                                 ("test", cfg.test_examples), ("check", cfg.check_examples))}
+    res.regime, res.near_duplicate = regime, dup
+    D = {m: lora_delta(asset["A"][m], asset["B"][m], asset["scales"]) for m in MODULES}
+    return _Problems(cfg=cfg, asset=asset, rng=rng, gen=gen, W=asset["weights"], A=asset["A"], B=asset["B"],
+                     scales=asset["scales"], D=D, T=T, S=S, K=K, P=T * S, pmask=np.repeat(masks, S, 0),
+                     pdup=np.repeat(dup, S), data=data,
+                     lrs_merge=[cfg.merge_learning_rate * f for f in cfg.learning_rate_factors],
+                     lrs_lora=[cfg.lora_learning_rate * f for f in cfg.learning_rate_factors])
 
-    def test_acc(deltas=None, x=xte, y=yte):
-        with torch.no_grad():
-            return accuracy_and_loss(mlp_forward(W, x, deltas), y)[0].numpy()
 
-    def dev_eval(deltas):                    # deltas (P, L, out, in) -> acc, loss (P, L)
-        with torch.no_grad():
-            return accuracy_and_loss(mlp_forward(W, xdv[:, None], deltas), ydv[:, None])
-
-    acc_p["base"] = test_acc()
-    base_check = test_acc(None, xck, yck)
-
-    # --- selection: each pool LoRA alone, scored on the 80 training examples
-    D = {m: lora_delta(A[m], B[m], scales) for m in MODULES}       # (N, out, in)
-    score = torch.empty(P, N)
+def _select(pr: _Problems):
+    """Evaluation selection (each pool LoRA alone, scored on the 80 training examples; top K),
+    random selection, and the std-matched random replacements of the evaluation-selected LoRAs.
+    Returns ``sel_eval (P, K)``, ``sel_rand (P, K)`` and ``comp[m] (3P, K, out, in)`` (real, random
+    pool, random selection)."""
+    xtr, ytr = pr.data["train"]
+    score = torch.empty(pr.P, len(pr.scales))
     with torch.no_grad():
-        for lo in range(0, P, 32):
-            a, l_ = accuracy_and_loss(mlp_forward(W, xtr[lo:lo + 32, None], {m: D[m][None] for m in MODULES}),
+        for lo in range(0, pr.P, 32):
+            a, l_ = accuracy_and_loss(mlp_forward(pr.W, xtr[lo:lo + 32, None], {m: pr.D[m][None] for m in MODULES}),
                                       ytr[lo:lo + 32, None])
             score[lo:lo + 32] = a - 1e-6 * l_
-    score[~torch.as_tensor(pmask)] = -np.inf
-    sel_eval = score.topk(K, dim=1).indices                          # (P, K)
-    sel_rand = torch.as_tensor(np.stack([rng.choice(np.flatnonzero(mk), K, replace=False) for mk in pmask]))
-    ranks = torch.as_tensor(asset["ranks"])
+    score[~torch.as_tensor(pr.pmask)] = -np.inf
+    sel_eval = score.topk(pr.K, dim=1).indices
+    sel_rand = torch.as_tensor(np.stack([pr.rng.choice(np.flatnonzero(mk), pr.K, replace=False) for mk in pr.pmask]))
+    ranks = torch.as_tensor(pr.asset["ranks"])
     Ar, Br = {}, {}
     for m in MODULES:
-        Ar[m], Br[m] = random_like_lora(A[m][sel_eval], B[m][sel_eval], ranks[sel_eval], gen)
-    comp = {m: torch.cat([D[m][sel_eval], lora_delta(Ar[m], Br[m], scales[sel_eval]), D[m][sel_rand]])
-            for m in MODULES}                                        # (3P, K, out, in)
+        Ar[m], Br[m] = random_like_lora(pr.A[m][sel_eval], pr.B[m][sel_eval], ranks[sel_eval], pr.gen)
+    comp = {m: torch.cat([pr.D[m][sel_eval], lora_delta(Ar[m], Br[m], pr.scales[sel_eval]), pr.D[m][sel_rand]])
+            for m in MODULES}
+    return sel_eval, sel_rand, comp
 
-    # --- Ours (LeakyReLU, c = 0) on real / random / randomly selected LoRAs; AdaMerging (linear, 1/sqrt K)
-    x3, y3 = xtr.repeat(3, 1, 1), ytr.repeat(3, 1)
-    c_ours, d_ours = train_merge(W, comp, "leaky_relu", 0.0, x3, y3, lrs_merge, cfg.merge_steps)
-    c_ada, d_ada = train_merge(W, {m: comp[m][:P] for m in MODULES}, "linear", 1 / np.sqrt(K), xtr, ytr,
-                               lrs_merge, cfg.merge_steps)
+
+def _adaptive_merges(pr: _Problems, comp: dict, acc_p: dict, res: Result):
+    """Ours (LeakyReLU, c = 0) on real / random / randomly selected LoRAs and AdaMerging (linear,
+    1/sqrt K), each at its dev-picked learning rate. Returns Ours' chosen ``act(c) (P, M, K)``."""
+    P, (xtr, ytr) = pr.P, pr.data["train"]
+    c_ours, d_ours = train_merge(pr.W, comp, "leaky_relu", 0.0, xtr.repeat(3, 1, 1), ytr.repeat(3, 1), pr.lrs_merge,
+                                 pr.cfg.merge_steps)
+    c_ada, d_ada = train_merge(pr.W, {m: comp[m][:P] for m in MODULES}, "linear", 1 / np.sqrt(pr.K), xtr, ytr,
+                               pr.lrs_merge, pr.cfg.merge_steps)
     for arm, k in (("ours", 0), ("ours_random_pool", 1), ("ours_random_selection", 2)):
         deltas = {m: d[k * P:(k + 1) * P] for m, d in d_ours.items()}
-        choice = dev_choice(*dev_eval(deltas))
-        acc_p[arm] = test_acc(_pick(deltas, choice))
-        res.chosen_factor[arm] = np.asarray(cfg.learning_rate_factors)[choice.numpy()]
+        choice = dev_choice(*pr.dev_eval(deltas))
+        acc_p[arm] = pr.test_acc(_pick(deltas, choice))
+        res.chosen_factor[arm] = pr.factors(choice)
         if arm == "ours":
-            c_chosen = activate(c_ours[:P][torch.arange(P), choice], "leaky_relu")   # (P, M, K)
-    choice = dev_choice(*dev_eval(d_ada))
-    acc_p["adamerging"] = test_acc(_pick(d_ada, choice))
-    res.chosen_factor["adamerging"] = np.asarray(cfg.learning_rate_factors)[choice.numpy()]
+            c_chosen = activate(c_ours[:P][torch.arange(P), choice], "leaky_relu")
+    choice = dev_choice(*pr.dev_eval(d_ada))
+    acc_p["adamerging"] = pr.test_acc(_pick(d_ada, choice))
+    res.chosen_factor["adamerging"] = pr.factors(choice)
+    return c_chosen
 
-    # --- target LoRAs at ranks lora_rank and matched_rank, every learning rate, batched
+
+def _target_loras(pr: _Problems, acc_p: dict, res: Result):
+    """Fresh target LoRAs at ranks lora_rank and matched_rank, every learning rate, batched; the
+    dev picks the rank and learning rate of ``target_lora``. Returns its check-set accuracy and
+    the picked LoRA's factors (for the closeness selection)."""
+    cfg, P, L = pr.cfg, pr.P, len(pr.cfg.learning_rate_factors)
+    xtr, ytr = pr.data["train"]
     r = np.r_[np.full(P, cfg.lora_rank), np.full(P, cfg.matched_rank)]
-    d_lora, f_lora = train_lora(W, xtr.repeat(2, 1, 1), ytr.repeat(2, 1), r, cfg.lora_alpha, lrs_lora, cfg.lora_steps,
-                                int(round(cfg.warmup_fraction * cfg.lora_steps)), gen, return_factors=True)
+    d_lora, f_lora = train_lora(pr.W, xtr.repeat(2, 1, 1), ytr.repeat(2, 1), r, cfg.lora_alpha, pr.lrs_lora,
+                                cfg.lora_steps, int(round(cfg.warmup_fraction * cfg.lora_steps)), pr.gen,
+                                return_factors=True)
+
     def options(t):                      # (2P, L, ...) -> (P, 2L, ...): per problem, rank-major options
         return t.reshape(2, P, L, *t.shape[2:]).transpose(0, 1).reshape(P, 2 * L, *t.shape[2:])
 
     both = {m: options(d) for m, d in d_lora.items()}
-    acc_dv, loss_dv = dev_eval(both)
+    acc_dv, loss_dv = pr.dev_eval(both)
     for arm, sl in (("target_lora", slice(0, 2 * L)), ("target_lora_r4", slice(0, L)), ("target_lora_r1", slice(L, 2 * L))):
         choice = dev_choice(acc_dv[:, sl], loss_dv[:, sl]) + sl.start
         picked = _pick(both, choice)
-        acc_p[arm] = test_acc(picked)
+        acc_p[arm] = pr.test_acc(picked)
         res.chosen_factor[arm] = np.asarray(cfg.learning_rate_factors * 2)[choice.numpy()]
         if arm == "target_lora":
-            lora_check = test_acc(picked, xck, yck)
-            target_choice = choice
+            lora_check, target_choice = pr.test_acc(picked, "check"), choice
+    idx = torch.arange(P)
+    picked_f = {m: (options(a)[idx, target_choice], options(b)[idx, target_choice],
+                    sc.reshape(2, P).T[idx, target_choice // L]) for m, (a, b, sc) in f_lora.items()}
+    return lora_check, picked_f
 
-    # --- non-adaptive merges of the evaluation-selected LoRAs: peft's add_weighted_adapter
-    names = asset["names"]
+
+def _peft_merges(pr: _Problems, sel_eval, acc_p: dict, res: Result):
+    """Average and TIES of the evaluation-selected LoRAs through peft's add_weighted_adapter, each
+    checked against ours. Returns the peft model (for the implementation checks)."""
+    names, K, D = pr.asset["names"], pr.K, pr.D
     with seeded_init(0):                 # peft draws its (overwritten) initial A from torch's generator
-        model = peft_pool(asset["base"], asset["ranks"], asset["alphas"], names)
-    load_pool_tensors(model, names, A, B)
+        model = peft_pool(pr.asset["base"], pr.asset["ranks"], pr.asset["alphas"], names)
+    load_pool_tensors(model, names, pr.A, pr.B)
     cache, gaps_avg, gaps_ties = {}, [], []
-    avg_d = {m: torch.empty(P, *D[m].shape[1:]) for m in MODULES}
-    ties_d = {m: torch.empty(P, *D[m].shape[1:]) for m in MODULES}
-    for p in range(P):
+    avg_d = {m: torch.empty(pr.P, *D[m].shape[1:]) for m in MODULES}
+    ties_d = {m: torch.empty(pr.P, *D[m].shape[1:]) for m in MODULES}
+    for p in range(pr.P):
         key = tuple(sorted(sel_eval[p].tolist()))
         if key not in cache:
             chosen = [names[i] for i in key]
             pa = peft_merge_delta(model, chosen, [1.0 / K] * K, "cat")
-            pt = peft_merge_delta(model, chosen, [1.0] * K, "ties_svd", density=cfg.ties_density)
+            pt = peft_merge_delta(model, chosen, [1.0] * K, "ties_svd", density=pr.cfg.ties_density)
             for m in MODULES:
                 gaps_avg.append(float((pa[m] - average_merge(D[m][list(key)])).abs().max()))
-                gaps_ties.append(float((pt[m] - ties_merge(D[m][list(key)], cfg.ties_density)).abs().max()))
+                gaps_ties.append(float((pt[m] - ties_merge(D[m][list(key)], pr.cfg.ties_density)).abs().max()))
             cache[key] = (pa, pt)
         for m in MODULES:
             avg_d[m][p], ties_d[m][p] = cache[key][0][m], cache[key][1][m]
-    acc_p["average"], acc_p["ties"] = test_acc(avg_d), test_acc(ties_d)
+    acc_p["average"], acc_p["ties"] = pr.test_acc(avg_d), pr.test_acc(ties_d)
+    res.gaps["peft_average"], res.gaps["peft_ties"] = max(gaps_avg), max(gaps_ties)
+    return model
 
-    # --- LoraHub: gradient-free CMA-ES over one linear coefficient per selected LoRA (shared by the
-    # modules), c = 0 at the start, L1 penalty, on the same 80 training examples as every arm
-    real = {m: comp[m][:P] for m in MODULES}                         # the evaluation-selected LoRAs
+
+def _lorahub(pr: _Problems, real: dict, acc_p: dict, res: Result):
+    """LoraHub: gradient-free CMA-ES over one linear coefficient per selected LoRA (shared by the
+    modules), c = 0 at the start, L1 penalty, on the same 80 training examples as every arm."""
+    cfg, (xtr, ytr) = pr.cfg, pr.data["train"]
 
     def hub_loss(c):                                                 # (P, n, K) -> (P, n) training loss
         ct = torch.as_tensor(c, dtype=torch.float32)
         with torch.no_grad():
-            logits = mlp_forward(W, xtr[:, None], {m: merged_delta(ct, real[m], "linear") for m in MODULES})
+            logits = mlp_forward(pr.W, xtr[:, None], {m: merged_delta(ct, real[m], "linear") for m in MODULES})
             return accuracy_and_loss(logits, ytr[:, None])[1].double().numpy()
 
     c_hub, hub_value, hub_start, res.lorahub_evaluations = lorahub_search(
-        hub_loss, P, K, cfg.lorahub_budget, l1=cfg.lorahub_l1, bounds=LORAHUB_BOUNDS, sigma0=LORAHUB_SIGMA0,
+        hub_loss, pr.P, pr.K, cfg.lorahub_budget, l1=cfg.lorahub_l1, bounds=LORAHUB_BOUNDS, sigma0=LORAHUB_SIGMA0,
         seed=cfg.seed * 7919 + 271)
     ch = torch.as_tensor(c_hub, dtype=torch.float32)[:, None]
-    acc_p["lorahub"] = test_acc({m: merged_delta(ch, real[m], "linear")[:, 0] for m in MODULES})
-    res.lorahub_moved = hub_value < hub_start                        # (P,) the search beat its start
+    acc_p["lorahub"] = pr.test_acc({m: merged_delta(ch, real[m], "linear")[:, 0] for m in MODULES})
+    res.lorahub_moved = (hub_value < hub_start).reshape(pr.T, pr.S).mean(1)   # the search beat its start
     # bookkeeping of the lockstep search: each problem's returned c scores the value recorded for it
     res.gaps["lorahub_value"] = float(np.abs(hub_loss(c_hub[:, None])[:, 0] + cfg.lorahub_l1 * np.abs(c_hub).mean(-1)
                                              - hub_value).max())
 
-    # --- closeness selection: the K pool LoRAs whose whole update is closest (cosine, by the trace
-    # identity) to the dev-picked target LoRA's, then Ours on them
-    idx = torch.arange(P)
-    picked_f = {m: (options(a)[idx, target_choice], options(b)[idx, target_choice], sc.reshape(2, P).T[idx, target_choice // L])
-                for m, (a, b, sc) in f_lora.items()}
-    pool_f = {m: (A[m], B[m], scales) for m in MODULES}
+
+def _closeness(pr: _Problems, picked_f: dict, acc_p: dict, res: Result):
+    """Closeness selection: the K pool LoRAs whose whole update is closest (cosine, by the trace
+    identity) to the dev-picked target LoRA's, then Ours on them; its cosine against the dense one."""
+    pool_f = {m: (pr.A[m], pr.B[m], pr.scales) for m in MODULES}
     closeness = lora_cosines(pool_f, picked_f)                       # (P, N)
-    closeness[~torch.as_tensor(pmask)] = -np.inf
-    sel_close = closeness.topk(K, dim=1).indices
-    comp_close = {m: D[m][sel_close] for m in MODULES}
-    _, d_close = train_merge(W, comp_close, "leaky_relu", 0.0, xtr, ytr, lrs_merge, cfg.merge_steps)
-    choice = dev_choice(*dev_eval(d_close))
-    acc_p["ours_closeness_selection"] = test_acc(_pick(d_close, choice))
-    res.chosen_factor["ours_closeness_selection"] = np.asarray(cfg.learning_rate_factors)[choice.numpy()]
-    # its cosine against the dense one (float64, first problem, every pool LoRA)
+    closeness[~torch.as_tensor(pr.pmask)] = -np.inf
+    sel_close = closeness.topk(pr.K, dim=1).indices
+    (xtr, ytr) = pr.data["train"]
+    _, d_close = train_merge(pr.W, {m: pr.D[m][sel_close] for m in MODULES}, "leaky_relu", 0.0, xtr, ytr,
+                             pr.lrs_merge, pr.cfg.merge_steps)
+    choice = dev_choice(*pr.dev_eval(d_close))
+    acc_p["ours_closeness_selection"] = pr.test_acc(_pick(d_close, choice))
+    res.chosen_factor["ours_closeness_selection"] = pr.factors(choice)
+    res.duplicate_selected_closeness = (sel_close.numpy() == pr.pdup[:, None]).any(1).reshape(pr.T, pr.S).mean(1)
+    # float64, first problem, every pool LoRA
     p0 = {m: tuple(t[:1].double() for t in picked_f[m]) for m in MODULES}
     dense_t = torch.cat([lora_delta(*p0[m]).flatten() for m in MODULES])
-    dense_p = torch.cat([lora_delta(A[m].double(), B[m].double(), scales.double()).flatten(1) for m in MODULES], 1)
+    dense_p = torch.cat([lora_delta(pr.A[m].double(), pr.B[m].double(), pr.scales.double()).flatten(1) for m in MODULES], 1)
     trace = lora_cosines({m: tuple(t.double() for t in pool_f[m]) for m in MODULES}, p0)[0]
-    res.gaps["closeness_cosine"] = float(max(abs(float(trace[i]) - dense_cosine(dense_p[i], dense_t)) for i in range(N)))
+    res.gaps["closeness_cosine"] = float(max(abs(float(trace[i]) - dense_cosine(dense_p[i], dense_t))
+                                             for i in range(len(pr.scales))))
 
-    # --- implementation checks (float64 copies of the peft model, the base and the pool)
+
+def _implementation_gaps(pr: _Problems, model, sel_eval, comp: dict, res: Result):
+    """Float64 checks of the peft model, the base and the pool against our batched code."""
+    names, K, N, W, gen = pr.asset["names"], pr.K, len(pr.scales), pr.W, pr.gen
     model.double()
     W64 = {m: (w.double(), b.double()) for m, (w, b) in W.items()}
-    D64 = {m: lora_delta(A[m].double(), B[m].double(), scales.double()) for m in MODULES}
+    D64 = {m: lora_delta(pr.A[m].double(), pr.B[m].double(), pr.scales.double()) for m in MODULES}
     xg = torch.randn(64, W["fc1"][0].shape[1], generator=gen, dtype=torch.float64)
     res.gaps["peft_forward"] = max(float((peft_forward(model, names[i], xg) - mlp_forward(W64, xg, {m: D64[m][i] for m in MODULES})).abs().max())
                                    for i in range(N))
@@ -385,19 +442,19 @@ def run(config: Config, asset: dict) -> Result:
     ours_c = {m: merged_delta(w[None], D64[m][key], "linear")[0] for m in MODULES}
     res.gaps["peft_cat_forward"] = float((peft_forward(model, "_cat_check", xg) - mlp_forward(W64, xg, ours_c)).abs().max())
     model.delete_adapter("_cat_check")
-    res.gaps["peft_average"], res.gaps["peft_ties"] = max(gaps_avg), max(gaps_ties)
     zero = {m: merged_delta(torch.zeros(1, 1, K), comp[m][:1], "leaky_relu")[:, 0] for m in MODULES}
-    res.gaps["zero_coefficients"] = float((mlp_forward(W, xte[0], zero) - mlp_forward(W, xte[0])).abs().max())
+    x0 = pr.data["test"][0][0]
+    res.gaps["zero_coefficients"] = float((mlp_forward(W, x0, zero) - mlp_forward(W, x0)).abs().max())
     cos_gap = 0.0
     for m in MODULES:
-        A64, B64 = A[m].double(), B[m].double()
+        A64, B64 = pr.A[m].double(), pr.B[m].double()
         for i in range(min(N, 12)):
             for j in range(i + 1, min(N, 12)):
                 dense = dense_cosine(D64[m][i], D64[m][j])
                 cos_gap = max(cos_gap, abs(lora_cosine(A64[i], B64[i], A64[j], B64[j]) - dense))
     res.gaps["trace_cosine"] = cos_gap
     # the random pool Ours merged for the first problem: K std-matched LoRAs, independent directions
-    res.gaps["random_stack_rank"] = min(int(torch.linalg.matrix_rank(comp[m][P].double().reshape(K, -1))) for m in MODULES)
+    res.gaps["random_stack_rank"] = min(int(torch.linalg.matrix_rank(comp[m][pr.P].double().reshape(K, -1))) for m in MODULES)
     res.gaps["random_stack_size"] = K
     c0 = torch.zeros(3, dtype=torch.float64, requires_grad=True)
     activate(c0, "leaky_relu").sum().backward()
@@ -407,36 +464,57 @@ def run(config: Config, asset: dict) -> Result:
     res.gaps["ties_hand"] = float((ties_merge(T3, 0.4) - expected).abs().max())
     res.gaps["ties_hand_peft"] = float((peft_ties(list(T3), torch.ones(3, dtype=T3.dtype), 0.4) - expected).abs().max())
 
-    # --- R3: where the near-duplicate's coefficient ranks
-    pos = np.array([int(np.flatnonzero(sel_eval[p].numpy() == pdup[p])[0]) if pdup[p] in sel_eval[p].tolist() else -1
+
+def _near_duplicate(pr: _Problems, sel_eval, c_chosen, comp: dict, res: Result):
+    """R3: whether the near-duplicate was selected and where its coefficient (and its contribution
+    ``||act(c_i) s_i B_i A_i||_F``, since scalings differ) ranks among the K."""
+    P, T, S = pr.P, pr.T, pr.S
+    pos = np.array([int(np.flatnonzero(sel_eval[p].numpy() == pr.pdup[p])[0]) if pr.pdup[p] in sel_eval[p].tolist() else -1
                     for p in range(P)])
     largest = c_chosen.argmax(-1).numpy() == pos[:, None]            # (P, M)
     largest[pos < 0] = False
-    # the same question asked of each LoRA's contribution ||act(c_i) s_i B_i A_i||_F (scalings differ)
     norms = torch.stack([(c_chosen[:, i, :, None, None] * comp[m][:P]).flatten(-2).norm(dim=-1)
                          for i, m in enumerate(MODULES)], 1)         # (P, M, K)
     largest_c = norms.argmax(-1).numpy() == pos[:, None]
     largest_c[pos < 0] = False
     res.duplicate_largest_contribution = largest_c.reshape(T, S * len(MODULES)).mean(1)
     res.duplicate_selected = (pos >= 0).reshape(T, S).mean(1)
-    res.duplicate_selected_closeness = (sel_close.numpy() == pdup[:, None]).any(1).reshape(T, S).mean(1)
-    res.lorahub_moved = res.lorahub_moved.reshape(T, S).mean(1)
     res.duplicate_largest = largest.reshape(T, S * len(MODULES)).mean(1)
-    for t in np.flatnonzero(regime == "R3"):
+    for t in np.flatnonzero(res.regime == "R3"):
         res.coefficients[int(t)] = {"act_c": c_chosen[t * S].numpy(), "position": int(pos[t * S]),
-                                    "selected": sel_eval[t * S].numpy(), "near_duplicate": int(dup[t])}
+                                    "selected": sel_eval[t * S].numpy(), "near_duplicate": int(res.near_duplicate[t])}
 
-    # --- per target means over seeds, guards and the fixed keep rule
+
+def run(config: Config, asset: dict) -> Result:
+    """Every arm on every candidate target and seed (one batched program per kind of training),
+    then the guards and the fixed keep rule. The stages share one ``_Problems`` and draw from its
+    two random streams in this order."""
+    cfg = config
+    res = Result(config=cfg)
+    pr = _setup(cfg, asset, res)
+    acc_p = {"base": pr.test_acc()}
+    base_check = pr.test_acc(None, "check")
+    sel_eval, _, comp = _select(pr)
+    c_chosen = _adaptive_merges(pr, comp, acc_p, res)
+    lora_check, picked_f = _target_loras(pr, acc_p, res)
+    model = _peft_merges(pr, sel_eval, acc_p, res)
+    _lorahub(pr, {m: comp[m][:pr.P] for m in MODULES}, acc_p, res)
+    _closeness(pr, picked_f, acc_p, res)
+    _implementation_gaps(pr, model, sel_eval, comp, res)
+    _near_duplicate(pr, sel_eval, c_chosen, comp, res)
+
+    # per target means over seeds, guards and the fixed keep rule
+    T, S = pr.T, pr.S
     res.accuracy = {arm: v.reshape(T, S).mean(1) for arm, v in acc_p.items()}
     res.base_check, res.lora_check = base_check.reshape(T, S).mean(1), lora_check.reshape(T, S).mean(1)
     ok = (res.base_check <= BASE_ACCURACY_MAX) & (res.lora_check >= LORA_ACCURACY_MIN)
     res.kept = np.zeros(T, bool)
     for name in REGIMES:
-        idx = np.flatnonzero((regime == name) & ok)[: cfg.num_targets]
-        res.kept[idx] = True
-    d_in = [W[m][0].shape[1] for m in MODULES]
-    d_out = [W[m][0].shape[0] for m in MODULES]
-    res.trainable = {"ours": len(MODULES) * K, **{f"lora_r{q}": q * (sum(d_in) + sum(d_out)) for q in (cfg.lora_rank, cfg.matched_rank)}}
+        res.kept[np.flatnonzero((res.regime == name) & ok)[: cfg.num_targets]] = True
+    d_in = [pr.W[m][0].shape[1] for m in MODULES]
+    d_out = [pr.W[m][0].shape[0] for m in MODULES]
+    res.trainable = {"ours": len(MODULES) * pr.K,
+                     **{f"lora_r{q}": q * (sum(d_in) + sum(d_out)) for q in (cfg.lora_rank, cfg.matched_rank)}}
     return res
 
 
@@ -456,6 +534,12 @@ def measurements(res: Result) -> dict:
     out["selection"] = tost(a["ours"][r12] - a["ours_random_selection"][r12], margin=EQUIVALENCE_MARGIN, unit="target tasks")
     out["by_regime"] = {g: paired_difference(a["ours"][k & (res.regime == g)], a["ours_random_pool"][k & (res.regime == g)],
                                              unit="target tasks") for g in ("R1", "R2")}
+    # the headline per regime (R1 unrelated pool, R2 generic pool): the same TOST, one per regime
+    out["headline_by_regime"] = {g: tost(a["ours"][k & (res.regime == g)] - a["ours_random_pool"][k & (res.regime == g)],
+                                         margin=EQUIVALENCE_MARGIN, unit="target tasks") for g in ("R1", "R2")}
+    out["selection_by_regime"] = {g: paired_difference(a["ours"][k & (res.regime == g)],
+                                                       a["ours_random_selection"][k & (res.regime == g)], unit="target tasks")
+                                  for g in ("R1", "R2")}
     out["r3_transfer"] = paired_difference(a["ours"][r3], a["ours_random_pool"][r3], unit="target tasks")
     out["r3_tost"] = tost(a["ours"][r3] - a["ours_random_pool"][r3], margin=EQUIVALENCE_MARGIN, unit="target tasks")
     out["r3_largest"] = mean_interval(res.duplicate_largest[r3], unit="target tasks")
