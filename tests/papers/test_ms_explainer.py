@@ -356,6 +356,61 @@ def test_config_validation():
     with pytest.raises(ValueError):
         paper.Config(fidelity_ratio=0.25)
     assert paper.Config(datasets=["multiscale"]).datasets == ("multiscale",)
+    with pytest.raises(ValueError):             # the reduction row needs its family and a dataset to run on
+        paper.Config(families=paper.CORE)
+    with pytest.raises(ValueError):
+        paper.Config(ablation_datasets=())
+    with pytest.raises(ValueError):
+        paper.Config(extra_weights=(0.0, 1.0))
+
+
+def test_family_settings_reduced_and_tuned_weights():
+    cfg = paper.Config()
+    ms = paper.family_settings("ms", 0.01, cfg, (0.3, 0.1))
+    assert (ms.complement_weight, ms.consistency_weight, ms.ratios) == (0.3, 0.1, cfg.ratios)
+    nocons, nocomp = (paper.family_settings(f, 0.01, cfg, (0.3, 0.1)) for f in ("ms_nocons", "ms_nocomp"))
+    assert (nocons.complement_weight, nocons.consistency_weight) == (0.3, 0.0)
+    assert (nocomp.complement_weight, nocomp.consistency_weight) == (0.0, 0.1)
+    red = paper.family_settings("ms_reduced", 0.03, cfg, (0.3, 0.1))
+    pg = paper.family_settings("pg", 0.03, cfg, (0.3, 0.1))
+    assert red.ratios == (cfg.fidelity_ratio,) and red.complement_weight == red.consistency_weight == 0.0
+    assert replace(red, ratios=pg.ratios, complement_weight=pg.complement_weight,
+                   consistency_weight=pg.consistency_weight) == pg      # PGExplainer's loss weights and budget otherwise
+
+
+def test_tune_ms_is_the_learning_rate_procedure_in_turn(monkeypatch):
+    # a made-up dev AUC: best lr 0.01, then best complement weight 0.1, then consistency by (lr, wc)
+    calls = []
+
+    def fake(family, model, batches, dev, lr, seed, cfg, weights=(1.0, 1.0)):
+        calls.append((lr, *weights))
+        wc, wg = weights
+        return {0.003: 0.5, 0.01: 0.7, 0.03: 0.6}[lr] + (0.1 if wc == 0.1 else 0) + (0.05 if (wc, wg) == (0.1, 0.3) else 0)
+
+    monkeypatch.setattr(paper.experiment, "_dev_auc", fake)
+    cfg = paper.Config(learning_rates=(0.003, 0.01, 0.03), extra_weights=(0.1, 0.3, 1.0))
+    t = paper.tune_ms(None, None, None, cfg, seed=0)
+    assert t["lr"][0] == 0.01 and t["complement"][0] == 0.1 and t["consistency"][0] == 0.3
+    assert len(calls) == len(set(calls)) == 3 + 2 + 2          # (0.01, 1, 1) and (0.01, 0.1, 1) are reused
+    assert all(c[0] == 0.01 for c in calls[3:]) and all(c[1] == 0.1 for c in calls[5:])
+    monkeypatch.setattr(paper.experiment, "_dev_auc", lambda *a, **k: 0.5)      # ties: the smaller value
+    t = paper.tune_ms(None, None, None, cfg, seed=0)
+    assert (t["lr"][0], t["complement"][0], t["consistency"][0]) == (0.003, 0.1, 0.1)
+
+
+def test_floor_leaves_chance_datasets_out_of_the_counts():
+    cfg = paper.Config(datasets=("ba_2motifs", "tree_cycles"), ablation_datasets=("ba_2motifs",), explainer_seeds=3)
+    rng = np.random.default_rng(0)
+    res = paper.Result(config=cfg)
+    for n, pg_auc in (("ba_2motifs", 0.8), ("tree_cycles", 0.45)):
+        # MS is far more stable than PG on both sets (seed-to-seed spread 0.001 against 0.1)
+        res.auc[n] = {"pg": pg_auc + 0.1 * rng.standard_normal((3, 3)), "ms": 0.8 + 0.001 * rng.standard_normal((3, 3))}
+        res.jaccard[n] = {"pg": np.array([0.5, 0.52, 0.48]), "ms": np.array([0.9, 0.91, 0.92])}
+    res.auc["tree_cycles"]["pg"] = 0.45 + 0.1 * rng.standard_normal((3, 3))
+    assert paper.experiment.floor_datasets(res) == ["ba_2motifs"]
+    groups = paper.experiment.stability_groups(res, "pg", datasets=paper.experiment.floor_datasets(res))
+    e = paper.count_estimate(groups, n=2)
+    assert set(groups) == {"ba_2motifs"} and e.n == 2 and e.high <= 1
 
 
 # ---------------------------------------------------------------- tiny run
@@ -370,14 +425,17 @@ def test_tiny_run(tiny):
             p.add_(0.05 * torch.randn(p.shape, generator=g))
     asset = {"ba_2motifs": {"graphs": gs.graphs, "split": idx, "models": [model, model2], "num_classes": 2}}
     cfg = paper.Config(datasets=("ba_2motifs",), num_models=2, explainer_seeds=2, epochs=1, batch_graphs=12,
-                       learning_rates=(0.01,), gnnexplainer_epochs=2, timing_repeats=1,
-                       families=paper.CORE, ablation_datasets=())
+                       learning_rates=(0.01,), gnnexplainer_epochs=2, timing_repeats=1, extra_weights=(0.3, 1.0),
+                       families=paper.REQUIRED, ablation_datasets=("ba_2motifs",))
     res = paper.run(cfg, asset)
     m = paper.measurements(res)
     assert res.auc["ba_2motifs"]["ms"].shape == (2, 2) and res.nested and res.ones_gap == 0.0
     assert res.truth_auc_min == 1.0 and res.triangle <= 1e-9 and m["generator_ok"]
     assert m["stability"]["pg"].n == 1 and res.times["ratio"] > 0
     assert 0.0 <= m["random_auc"].point <= 1.0
+    assert res.weights["ba_2motifs"][0] in (0.3, 1.0) and set(res.weight_scores["ba_2motifs"]["consistency"]) == {0.3, 1.0}
+    assert res.auc["ba_2motifs"]["ms_reduced"].shape == (2, 2) and m["reduced_key"] == "ba_2motifs"
+    assert m["reduced"].margin == cfg.reduced_margin and m["reduced"].estimate.n == 2
 
 
 def test_pg_with_batch_embeddings_equals_torch_geometric_pg(tiny):
@@ -526,7 +584,7 @@ def test_tiny_node_run(tiny_node):
     asset = {"tree_cycles": {"graphs": gs.graphs, "split": idx, "models": [model, model2], "num_classes": 2, "task": "node"}}
     cfg = paper.Config(datasets=("tree_cycles",), num_models=2, explainer_seeds=2, epochs=1, batch_graphs=8,
                        learning_rates=(0.01,), gnnexplainer_epochs=2, timing_repeats=1, explained_nodes=16,
-                       families=paper.CORE + ("gnnexplainer",), ablation_datasets=())
+                       extra_weights=(1.0,), families=paper.REQUIRED + ("gnnexplainer",), ablation_datasets=("tree_cycles",))
     res = paper.run(cfg, asset)
     m = paper.measurements(res)
     assert res.auc["tree_cycles"]["ms"].shape == (2, 2) and res.nested and res.ones_gap == 0.0

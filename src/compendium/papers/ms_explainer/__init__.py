@@ -92,6 +92,8 @@ from .data import (DATASETS, MAX_DEGREE, NODE_DATASETS, GraphSet, class_specs, d
                    motif_graph, node_spec, task_of)
 from .experiment import (
     ABLATIONS,
+    PG_FLOOR,
+    REQUIRED,
     CORE,
     FAMILIES,
     LABELS,
@@ -108,6 +110,8 @@ from .experiment import (
     stability_groups,
     time_per_epoch,
     triangle_gap,
+    tune_ms,
+    floor_datasets,
     tune_learning_rate,
 )
 from .explainers import (
