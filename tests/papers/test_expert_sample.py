@@ -87,7 +87,6 @@ def test_best_of_n_majority_and_helpers():
     assert paper.distinct_rate(answers) == pytest.approx((3 + 4) / 2 / 4)
     assert paper.bracket(1.5, [1.0, 2.0, 3.0]) == (0, 1) and paper.bracket(2.5, [3.0, 2.0, 1.0]) == (0, 1)
     assert paper.bracket(9.0, [1.0, 2.0]) is None
-    assert paper.line_gap(1.5, 3.0, (1.0, 1.0), (2.0, 2.0)) == pytest.approx(1.5)
     assert paper.neighbour_gap(3.0, (1.0, 1.0), (2.0, 2.5)) == pytest.approx(0.5)
 
 
@@ -114,13 +113,13 @@ def test_tiny_run_is_deterministic():
     first, second = paper.run(config, models), paper.run(config, models)
     assert first.methods == second.methods
     assert first.metrics["best_of_n"] == second.metrics["best_of_n"]
-    assert set(first.methods) >= {"greedy", "head_greedy", "topk@T", "es@T", "es_h2_m3", "es_h1_m3", "es_h2_m2", "es_h2_m4",
+    assert set(first.methods) >= {"greedy", "head_greedy", "topk@T", "es@T", "es_unshared@T", "es_h2_m3", "es_h1_m3", "es_h2_m2", "es_h2_m4",
                                   "noise_1", "temp_0.7"}
     assert first.curves["temperature"] == ["greedy", "temp_0.1", "temp_0.7"]
     assert len(first.curves["profile"]) == 8
     assert abs(first.curves["profile"].sum() - 1) < 1e-5
     assert first.metrics["prefill_error"] < 1e-5
-    for name in ("greedy_drop", "es_passk_gain", "bon_majority", "jaccard_ratio"):
+    for name in ("greedy_drop", "es_passk_gain", "unshared_passk_gain", "bon_majority", "jaccard_ratio"):
         assert first.estimates[name] == second.estimates[name]
         assert first.estimates[name].low <= first.estimates[name].high
     with pytest.raises(ValueError):
@@ -179,3 +178,26 @@ def test_crossed_bootstrap_and_largest_estimate():
     big = paper.largest_estimate([Estimate(1, 0, 2, 0.98), Estimate(3, -1, 4, 0.98)], 0.95)
     assert (big.point, big.low, big.high, big.level) == (3, 0, 4, 0.95)
     assert paper.largest_estimate([], 0.95) is None
+
+
+def test_unshared_logits_route_the_prompt_too():
+    """The power control's decoder: without noise it is the full forward pass (and the shared-prefill
+    one); with noise, the first answer digit's logits vary between draws, which the shared prefill
+    never lets happen."""
+    model = tiny_models(1, steps=1)[0]
+    seq = paper.splits()["test"][:20]
+    topk = paper.RoutingPolicy.top_k(4, 8)
+    full, _ = model(torch.as_tensor(seq[:, :SEQ_LEN - 1]))
+    plain = paper.target_logits_unshared(model, seq, topk, 4, torch.Generator().manual_seed(0), chunk=7)
+    assert plain.shape == (1, 20, 3, 10)
+    torch.testing.assert_close(plain[0], full[:, PROMPT_LEN - 1:, :10])
+    torch.testing.assert_close(plain, paper.target_logits(model, seq, topk, 4, torch.Generator().manual_seed(0)),
+                               atol=1e-4, rtol=1e-4)
+    es = paper.RoutingPolicy.expert_sample(4, 1, 7, 2.0)
+    shared = paper.target_logits(model, seq, es, 4, torch.Generator().manual_seed(1))
+    noisy = paper.target_logits_unshared(model, seq, es, 4, torch.Generator().manual_seed(1), chunk=30)
+    assert noisy.shape == (4, 20, 3, 10)
+    assert torch.equal(shared[:, :, 0], shared[:1, :, 0].expand(4, -1, -1))      # first digit: no noise
+    assert (noisy[:, :, 0] - noisy[:1, :, 0]).abs().amax() > 1e-3                 # first digit: noisy
+    again = paper.target_logits_unshared(model, seq, es, 4, torch.Generator().manual_seed(1), chunk=4096)
+    torch.testing.assert_close(noisy, again)                                      # chunking changes nothing

@@ -44,7 +44,8 @@ Small-scale deviations
 from .experiment import (PASS_K, Config, Result, es_name, kernel_check, ledger_estimates, pass_at_k_error,
                          plackett_luce_check, prefill_equivalence_error, routing_invariants, run)
 from .frontier import (answer_loglik_shared, bracket, correct_probability, crossed_bootstrap, frontier_gap_estimates, largest_estimate,
-                       line_gap, neighbour_gap, pass_at_k_draws, prefill, sample_answers_shared, suffix_logits, target_logits)
+                       neighbour_gap, pass_at_k_draws, prefill, sample_answers_shared, suffix_logits, target_logits,
+                       target_logits_unshared)
 from .model import MoEConfig, TinyMoELM, build_asset, load_models, splits, topk_router, train
 from .sampling import (RoutingPolicy, answer_loglik, best_of_n, distinct_rate, majority_vote, pass_at_k,
                        pass_at_k_brute_force, router_profile, sample_answers)
@@ -54,7 +55,7 @@ __all__ = [
     "train", "RoutingPolicy", "sample_answers", "pass_at_k", "pass_at_k_brute_force", "best_of_n",
     "majority_vote", "answer_loglik", "distinct_rate", "router_profile", "PASS_K", "es_name", "ledger_estimates",
     "prefill_equivalence_error", "bracket", "correct_probability", "crossed_bootstrap", "frontier_gap_estimates",
-    "largest_estimate", "line_gap", "neighbour_gap", "answer_loglik_shared", "pass_at_k_draws", "prefill", "sample_answers_shared", "suffix_logits",
-    "target_logits",
+    "largest_estimate", "neighbour_gap", "answer_loglik_shared", "pass_at_k_draws", "prefill", "sample_answers_shared", "suffix_logits",
+    "target_logits", "target_logits_unshared",
     "plackett_luce_check", "pass_at_k_error", "routing_invariants", "kernel_check",
 ]

@@ -17,7 +17,7 @@ from compendium.kernels.routing import expert_sample_route_reference, gumbel_noi
 
 from ...stats import mean_interval
 from .frontier import (answer_loglik_shared, correct_probability, crossed_bootstrap, frontier_gap_estimates, largest_estimate,
-                       pass_at_k_draws, prefill, sample_answers_shared, target_logits)
+                       pass_at_k_draws, prefill, sample_answers_shared, target_logits, target_logits_unshared)
 from .model import ANSWER_LEN, EQUALS, PROMPT_LEN, TinyMoELM, answer_code, splits
 from .sampling import (RoutingPolicy, best_of_n, distinct_rate, majority_vote, pass_at_k,
                        pass_at_k_brute_force, router_profile)
@@ -119,7 +119,8 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
     draws for stochastic routing. Methods: ``greedy`` and ``head_greedy`` (T = 0),
     ``topk@1``/``head@1`` (T = 1), ``topk@T``/``es@T`` (the headline pair at the chapter's token
     temperature, Expert-Sample at ``head_experts``, ``tail_pool``, ``routing_temperature``),
-    ``temp_<T>`` (the temperature curve, greedy first), ``es_h<h>_m<m>`` (Expert-Sample, T = 0) and
+    ``es_unshared@T`` (the positive control: the headline Expert-Sample setting with routing noise at
+    the prompt positions too, so it reaches every answer digit), ``temp_<T>`` (the temperature curve, greedy first), ``es_h<h>_m<m>`` (Expert-Sample, T = 0) and
     ``noise_<tau>`` (noise on all experts, T = 0). Best-of-N (the model's own likelihood under
     standard routing) and majority vote use ``samples_per_problem`` sampled answers of
     ``topk@T`` and ``es@T``.
@@ -164,6 +165,10 @@ def run(config: Config, models: list[TinyMoELM]) -> Result:
         record("head@1", prob("head", 1.0))
         record("topk@T", prob("topk", T))
         record("es@T", prob(main, T))  # the same routing draws as the T = 0 point of this setting
+        # positive control: the same policy with routing noise at the prompt too (no shared prefill)
+        unshared = [target_logits_unshared(model, test, es_main, config.routing_draws, gen(i, 6000))
+                    for i, model in enumerate(models)]
+        record("es_unshared@T", [correct_probability(x, test, T) for x in unshared])
         result.curves["temperature"] = ["greedy"]
         for t in config.token_temperatures:
             record(f"temp_{t:g}", prob("topk", t))
@@ -226,6 +231,8 @@ def ledger_estimates(config: Config, result: Result) -> dict:
             lambda x: (x["t1"] - x["h1"]) - (x["g"] - x["hg"]), rng=config.seed * 101 + 2, resamples=R),
         "es_passk_gain": diff(PP["es@T"][kk], PP["topk@T"][kk], 3),
         "es_pass1_change": diff(PP["es@T"]["pass1"], PP["topk@T"]["pass1"], 4),
+        "unshared_passk_gain": diff(PP["es_unshared@T"][kk], PP["topk@T"][kk], 11),
+        "unshared_pass1_change": diff(PP["es_unshared@T"]["pass1"], PP["topk@T"]["pass1"], 12),
         "topk_passk": crossed_bootstrap({"a": 100 * PP["topk@T"][kk]}, lambda x: x["a"],
                                         rng=config.seed * 101 + 5, resamples=R),
         "bon_likelihood": diff(PP["bon"]["es"]["likelihood"], PP["bon"]["topk"]["likelihood"], 6),

@@ -149,6 +149,33 @@ def target_logits(model: TinyMoELM, seq: np.ndarray, policy: RoutingPolicy, draw
 
 
 @torch.no_grad()
+def target_logits_unshared(model: TinyMoELM, seq: np.ndarray, policy: RoutingPolicy, draws: int,
+                           generator: torch.Generator, chunk: int = 4096) -> torch.Tensor:
+    """Teacher-forced answer-digit logits (draws, P, ANSWER_LEN, 10) with routing noise at *every*
+    position, prompt included: each draw encodes its prompt with its own routing (no shared
+    prefill), so the noise reaches all ``ANSWER_LEN`` answer digits, the first one too.
+
+    The headline's positive control: the same policy as :func:`target_logits`, but with the noise
+    that the shared prefill keeps away from the prompt. Deterministic policies give one draw.
+    """
+    seq = np.asarray(seq)
+    P, cfg = len(seq), model.config
+    R = draws if policy.stochastic else 1
+    S = PROMPT_LEN + ANSWER_LEN - 1
+    x = torch.as_tensor(seq[:, :S]).repeat_interleave(R, 0)                      # row p * R + r
+    noise = None
+    if policy.stochastic:
+        from ...kernels.routing import gumbel_noise
+
+        noise = gumbel_noise((cfg.num_layers, P * R, S, cfg.num_experts), generator)
+    out = []
+    for lo in range(0, P * R, chunk):
+        logits, _ = model(x[lo:lo + chunk], make_router(policy, None if noise is None else noise[:, lo:lo + chunk]))
+        out.append(logits[:, PROMPT_LEN - 1:, :EQUALS])
+    return torch.cat(out).view(P, R, ANSWER_LEN, EQUALS).transpose(0, 1)
+
+
+@torch.no_grad()
 def answer_loglik_shared(model: TinyMoELM, prompts: np.ndarray, answers: np.ndarray, prefilled=None) -> np.ndarray:
     """Log-likelihood (P, n) of sampled answers under standard routing, with one prefill per problem
     (the same numbers as :func:`.sampling.answer_loglik`, computed without re-running the prompt);
@@ -241,15 +268,6 @@ def bracket(x: float, curve_x) -> tuple[int, int] | None:
         if lo <= x <= hi:
             return i, i + 1
     return None
-
-
-def line_gap(x: float, y: float, a: tuple[float, float], b: tuple[float, float]) -> float:
-    """``y`` minus the straight line through points ``a`` and ``b`` at ``x`` (figures only: with
-    neighbours close in x its bootstrap is ill-conditioned, so verdicts use :func:`neighbour_gap`)."""
-    (xa, ya), (xb, yb) = a, b
-    if xa == xb:
-        return y - max(ya, yb)
-    return y - (ya + (x - xa) * (yb - ya) / (xb - xa))
 
 
 def neighbour_gap(y: float, a: tuple[float, float], b: tuple[float, float]) -> float:

@@ -98,13 +98,6 @@ def pass_at_k_brute_force(correct: list[bool], k: int) -> Fraction:
     return Fraction(sum(any(correct[i] for i in s) for s in subsets), len(subsets))
 
 
-def pass_at_k_per_problem(answers: np.ndarray, targets: np.ndarray, k: int) -> np.ndarray:
-    """answers (P, n), targets (P,) -> pass@k per problem (P,)."""
-    n = answers.shape[1]
-    correct = (answers == targets[:, None]).sum(1)
-    return np.array([pass_at_k(n, int(c), k) for c in correct])
-
-
 def distinct_rate(answers: np.ndarray) -> float:
     """Mean number of distinct answers per problem divided by ``n``."""
     return float(np.mean([len(np.unique(row)) for row in answers]) / answers.shape[1])
