@@ -254,4 +254,62 @@ def test_config_checks_and_tiny_run(tmp_path):
     assert res.identity_gap < 1e-6 and res.tau_gap < 1e-5 and res.knn_gap < 1e-9
     d = res.accuracy["top"] - res.accuracy[res.best_peft]
     assert abs(m["headline"].point - d.mean()) < 1e-9
+    # the permuted control is an equivalence test of its difference to the best PEFT, at the headline's margin
+    dp = res.accuracy["top_permuted"] - res.accuracy[res.best_peft]
+    assert abs(m["permuted_tost"].estimate.point - dp.mean()) < 1e-9 and m["permuted_tost"].margin == 3.0
+    # headroom is the best PEFT's accuracy; full-ft-learns is full FT against the probe it starts from
+    assert abs(m["headroom"].point - res.accuracy[res.best_peft].mean()) < 1e-9
+    assert abs(m["full_vs_probe"].point - (res.accuracy["full"] - res.accuracy["linear"]).mean()) < 1e-9
+    assert np.isnan(res.lr["features_mlp"])
+    assert np.isclose(res.lr["full"], 1e-4) or np.isclose(res.lr["full"], 1e-3)      # lr_grid x FULL_LR_SCALE
+    with pytest.raises(ValueError):
+        Config(min_effect=0.0)
+
+
+def test_fine_tuning_starts_from_the_converged_probe_and_keeps_its_standardisation():
+    from compendium.papers.top_adapter import budget_ranks, finetune
+    from compendium.papers.top_adapter.methods import accuracy
+
+    bb = _tiny_backbone()
+    data = _tiny_data(bb, n_per_class=3)
+    ranks = budget_ranks(16, 2, data["tau"].shape[-1])
+    probe, _ = finetune(bb, "linear", data, 10, ranks, steps=1, batch=4, lr=1e-3, seed=0)
+    head = {k: v.clone() for k, v in probe.head.state_dict().items()}
+    with torch.no_grad():
+        ref = probe(data["tokens"], data["centers"], data["tau"], data["neigh"])
+    for m in ("adapter", "lora", "top", "full"):
+        # a vanishing learning rate: the zero-initialised methods stay at the probe they start from
+        model, _ = finetune(bb, m, data, 10, ranks, steps=2, batch=8, lr=1e-12, seed=3, head=head)
+        model.eval()
+        with torch.no_grad():
+            out = model(data["tokens"], data["centers"], data["tau"], data["neigh"])
+        assert float((out - ref).abs().max()) < 1e-4, m
+        # training kept the probe's standardisation (batch statistics would have moved it)
+        assert torch.equal(model.head[0].running_mean, head["0.running_mean"]), m
+        assert torch.equal(model.head[0].running_var, head["0.running_var"]), m
+    # a real step moves away from the probe; without head= the model starts from a fresh head
+    moved, _ = finetune(bb, "top", data, 10, ranks, steps=5, batch=8, lr=1e-2, seed=3, head=head)
+    fresh, _ = finetune(bb, "adapter", data, 10, ranks, steps=1, batch=8, lr=1e-12, seed=3)
+    moved.eval(), fresh.eval()
+    with torch.no_grad():
+        assert float((moved(data["tokens"], data["centers"], data["tau"], data["neigh"]) - ref).abs().max()) > 1e-3
+        assert float((fresh(data["tokens"], data["centers"], data["tau"], data["neigh"]) - ref).abs().max()) > 1e-3
+    assert accuracy(moved, data).shape == (30,)
+
+
+def test_features_mlp_is_fitted_to_convergence():
+    from compendium.papers.top_adapter import budget_ranks, finetune
+    from compendium.training import torch_threads
+    from compendium.papers.top_adapter.methods import accuracy
+
+    bb = _tiny_backbone()
+    data = _tiny_data(bb, n_per_class=3)
+    ranks = budget_ranks(16, 2, data["tau"].shape[-1])
+    with torch_threads(1):
+        model, info = finetune(bb, "features_mlp", data, 10, ranks, steps=1, batch=4, lr=1e-3, seed=0)
+    # L-BFGS ends near a stationary point of the penalised objective and fits the draw
+    assert info["grad_norm"] < 0.05, info
+    assert accuracy(model, data).mean() > 0.8
+    bn = model.head[0]
+    assert torch.allclose(bn.running_mean, model.tau_summary(data["tau"]).mean(0), atol=1e-6) and not bn.training
 

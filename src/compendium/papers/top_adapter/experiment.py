@@ -6,16 +6,22 @@ and, per replicate (seed r = a fresh few-shot training draw and fresh initialisa
 every method of ``methods.METHODS`` plus two controls: ``top_permuted`` (TopAdapter trained and
 tested with tau permuted across clouds, so tau no longer belongs to its cloud) and
 ``linear_random_init`` (the converged linear probe on the same architecture at the weights the
-pretraining started from: what the pretraining adds). The learning rate of each AdamW method is
-chosen from ``lr_grid`` by dev accuracy at replicate 0, the same way for every method (the probes
-are fitted to convergence by L-BFGS and have none); the best PEFT baseline is the one with the
+pretraining started from: what the pretraining adds). Every AdamW method on the backbone (the PEFT methods, full fine-tuning,
+TopAdapter, its ablations and the permuted control) starts from the converged probe of its own
+training draw (linear probing, then fine-tuning: ``finetune(..., head=...)``), so no comparison
+sets a step-limited method against a converged one. The learning rate of each AdamW method is
+chosen from ``lr_grid`` by dev accuracy at replicate 0, the same way for every method (full fine-tuning,
+which moves every backbone weight, from ``lr_grid`` x ``FULL_LR_SCALE``) (the probes
+and the features-only MLP are fitted to convergence by L-BFGS and have none); the best PEFT baseline is the one with the
 highest mean dev accuracy (the IDPT-like dynamic prompts among them). With ``full_data_shots`` > 0
 (the full scale) the PEFT methods, TopAdapter and full fine-tuning are trained again, alike, on
 ``full_data_shots`` clouds per class per replicate (the "full-data" run: same step budget, same
 learning rates, the best PEFT chosen on dev again). ``kernel_check`` compares the Triton kNN kernel
 with its PyTorch reference (compiled on CUDA, Triton's interpreter on the CPU). Every interval is a
 paired t interval over replicates (``compendium.stats.paired_difference``, 90 %, i.e. one-sided
-p < 0.05 when it excludes 0).
+p < 0.05 when it excludes 0); the tau-permuted control is a paired TOST (``compendium.stats.tost``)
+of its difference to the best PEFT within +-``min_effect``. A replicate retrains every method (fresh
+draw, fresh initialisation); the pretrained backbone is one asset, shared by all replicates.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from .points import SHAPES, group, random_se3, sample_shape, simplex_features
 
 ASSET_NAME = "top_adapter_backbone"
 CONFUSABLE = ("sphere", "thin_torus", "disk", "annulus")
+FULL_LR_SCALE = 0.1       # full fine-tuning chooses from lr_grid x 0.1 (every weight moves; the PEFT rates wreck it)
+UNIT = "fine-tuning runs (a fresh few-shot draw and initialisation each)"
 ASSET_SETTINGS = {
     "smoke": {"n_clouds": 512, "n_points": 256, "n_groups": 16, "k": 16, "d": 96, "depth": 4, "steps": 300, "batch": 32},
     "full": {"n_clouds": 2048, "n_points": 512, "n_groups": 16, "k": 16, "d": 96, "depth": 4, "steps": 1500, "batch": 32},
@@ -99,6 +107,8 @@ class Config:
         require_int("steps", self.steps, 1, 100_000)
         require_int("batch", self.batch, 1, 10_000)
         require_number("min_effect", self.min_effect, 0.0, 100.0)
+        if self.min_effect <= 0:
+            raise ValueError(f"min_effect must be > 0 (the margin of the tau-permuted equivalence test), got {self.min_effect}")
         require_number("ft_margin", self.ft_margin, 0.0, 100.0)
         require_int("full_data_shots", self.full_data_shots, 0, 10_000)
         require_int("seed", self.seed, 0, 2**31 - 1)
@@ -247,9 +257,22 @@ def run(config: Config, asset_path: str | Path) -> Result:
         random_bb = PointBackbone(s["d"], s["depth"]).eval()
     random_splits = {}
 
+    probes = {}                                     # (train set, replicate) -> the converged probe's head
+
+    def probe_head(r, train_sets, offset):
+        key = (offset, r)
+        if key not in probes:
+            model, _ = finetune(backbone, "linear", train_sets[r], len(SHAPES), ranks, steps=config.steps,
+                                batch=config.batch, lr=float("nan"), seed=base + offset + 100 * r + methods.index("linear"))
+            probes[key] = (model, {k: v.clone() for k, v in model.head.state_dict().items()})
+        return probes[key]
+
     def train_eval(method, r, lr, train_sets=trains, offset=0):
         tr, te, dv = train_sets[r], test, dev
-        name, bb = method, backbone
+        name, bb, head = method, backbone, None
+        if method == "linear":
+            model = probe_head(r, train_sets, offset)[0]
+            return accuracy(model, te), accuracy(model, dv), {"trainable": trainable(model)}
         if method == "top_permuted":
             name = "top"
             tr, te, dv = (permute_tau(x, perm_rng) for x in (tr, te, dv))
@@ -259,20 +282,24 @@ def run(config: Config, asset_path: str | Path) -> Result:
                 if key not in random_splits:
                     random_splits[key] = retokenize(x, random_bb)
             tr, te, dv = random_splits[r], random_splits["test"], random_splits["dev"]
+        if name != "linear" and name != "features_mlp":
+            head = probe_head(r, train_sets, offset)[1]      # linear probing, then fine-tuning
         model, info = finetune(bb, name, tr, len(SHAPES), ranks, steps=config.steps, batch=config.batch,
-                               lr=lr, seed=base + offset + 100 * r + methods.index(method))
+                               lr=lr, seed=base + offset + 100 * r + methods.index(method), head=head)
         return accuracy(model, te), accuracy(model, dv), info
 
     lr, first = {}, {}                              # first: the replicate-0 run at the chosen rate, reused
     for m in methods:
-        if m.startswith("linear"):
+        if m.startswith("linear") or m == "features_mlp":
             lr[m] = float("nan")                    # fitted by L-BFGS: no learning rate to choose
-        elif len(config.lr_grid) == 1:
-            lr[m] = config.lr_grid[0]
         else:
-            runs = [train_eval(m, 0, x) for x in config.lr_grid]
-            best_i = int(np.argmax([out[1].mean() for out in runs]))
-            lr[m], first[m] = config.lr_grid[best_i], runs[best_i]
+            grid = tuple(x * FULL_LR_SCALE for x in config.lr_grid) if m == "full" else tuple(config.lr_grid)
+            if len(grid) == 1:
+                lr[m] = grid[0]
+            else:
+                runs = [train_eval(m, 0, x) for x in grid]
+                best_i = int(np.argmax([out[1].mean() for out in runs]))
+                lr[m], first[m] = grid[best_i], runs[best_i]
     acc, dev_acc, cls_acc, n_train = {}, {}, {}, {}
     y = test["y"].numpy()
     for m in methods:
@@ -302,7 +329,7 @@ def run(config: Config, asset_path: str | Path) -> Result:
 
 def summarize(res: Result) -> dict:
     """Every paired estimate a verdict depends on (points of accuracy, interval over replicates)."""
-    a, unit = res.accuracy, "few-shot draws (replicate seeds)"
+    a, unit = res.accuracy, UNIT
     pd = lambda x, y: stats.paired_difference(x, y, unit=unit, level=0.90)
     conf = [SHAPES.index(c) for c in CONFUSABLE]
     other = [i for i in range(len(SHAPES)) if i not in conf]
@@ -315,7 +342,11 @@ def summarize(res: Result) -> dict:
         "vs_features": pd(a["top"], a["features_mlp"]),
         "vs_linear": pd(a["top"], a["linear"]),
         "permuted_gain": pd(a["top_permuted"], a[res.best_peft]),
-        "headroom": stats.mean_interval(a["full"], unit=unit, level=0.90),
+        "permuted_tost": stats.tost(a["top_permuted"], a[res.best_peft], paired=True, margin=res.config.min_effect,
+                                    unit=unit),
+        "headroom": stats.mean_interval(a[res.best_peft], unit=unit, level=0.90),
+        "full_accuracy": stats.mean_interval(a["full"], unit=unit, level=0.90),
+        "full_vs_probe": pd(a["full"], a["linear"]),
         "top_accuracy": stats.mean_interval(a["top"], unit=unit, level=0.90),
         "probe": stats.mean_interval(a["linear"], unit=unit, level=0.90),
         "probe_dev": stats.mean_interval(res.dev_accuracy["linear"], unit=unit, level=0.90),
