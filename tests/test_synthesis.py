@@ -186,7 +186,8 @@ def fixture_book(tmp_path):
     (res / "smoke" / "benchmarks").mkdir(parents=True)
     (res / "smoke" / "benchmarks" / "beta.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n40.0\t0:00:40\t100\t35.5\n")
     expected = tmp_path / "expected.yaml"
-    expected.write_text("smoke:\n  beta:\n    b2: {verdict: inconclusive, fragile: \"flips at 1 of 5 seeds (sweep)\"}\n")
+    expected.write_text("smoke:\n  beta:\n    b2: {verdict: inconclusive, fragile: \"flips at 1 of 5 seeds (sweep)\"}\n"
+                        "full:\n  alpha:\n    a1: {verdict: pass, fragile: \"flips at 2 of 4 further seeds (full sweep)\"}\n")
     return _registry(tmp_path), ev, res, expected
 
 
@@ -230,7 +231,8 @@ def test_page_and_figures_are_written(fixture_book, tmp_path):
     assert "| scale | model or run beyond a CPU budget | 1 | 1 |" in page
     assert "`broken-control` | control | inconclusive | `gated` |" in page
     assert "| 1 of 5 |" in page
-    assert "| **all parts** | 1 | 1 | 1 of 5 (20 %) |" in page
+    assert "| **all parts** | smoke | 1 | 1 | 1 of 5 (20 %) |" in page  # each scale pooled on its own
+    assert "| **all parts** | full | 1 | 1 | 2 of 4 (50 %) |" in page
     assert "decided either way 4 of 8 (50 %)" in page
     # the same inputs give the same bytes (the stager rewrites only what changed)
     again = {}

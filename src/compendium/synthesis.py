@@ -537,15 +537,17 @@ def synthesis_page(chapters: list[ChapterEvidence], registry, scale: str,
               "Rows recorded as fragile in `workflow/config/expected_verdicts.yaml` have a verdict that varies "
               "with the seed or the machine. Their reason states the flip rate of a seed sweep where one was "
               "run: the seeds at which the verdict differs, of the seeds run. The pooled rate is the sum of "
-              "those seeds over the sum of seeds run.", "",
-              "| part | fragile rows | with a stated flip rate | pooled flip rate |", "|---|---|---|---|"]
+              "those seeds over the sum of seeds run. Smoke rows come from smoke sweeps, full rows from "
+              "full-scale sweeps of the results of record.", "",
+              "| part | scale | fragile rows | with a stated flip rate | pooled flip rate |", "|---|---|---|---|---|"]
     part_of = {ch.slug: ch.part for ch in chapters}
     for pid, title in [*((p.id, escape(p.title)) for p in parts), (None, "**all parts**")]:
-        mine = [f for f in fragile if pid is None or part_of.get(f["slug"]) == pid]
-        mine_rated = [f for f in mine if f["seeds"]]
-        k, n = sum(f["flips"] for f in mine_rated), sum(f["seeds"] for f in mine_rated)
-        rate = f"{k} of {n} ({_pct(k, n)})" if n else "–"
-        lines.append(f"| {title} | {len(mine)} | {len(mine_rated)} | {rate} |")
+        for sc in sorted({f["scale"] for f in fragile}, key=lambda s: (s != "smoke", s)):
+            mine = [f for f in fragile if f["scale"] == sc and (pid is None or part_of.get(f["slug"]) == pid)]
+            mine_rated = [f for f in mine if f["seeds"]]
+            k, n = sum(f["flips"] for f in mine_rated), sum(f["seeds"] for f in mine_rated)
+            rate = f"{k} of {n} ({_pct(k, n)})" if n else "–"
+            lines.append(f"| {title} | {sc} | {len(mine)} | {len(mine_rated)} | {rate} |")
     lines.append("")
     if fragile:
         lines += [":::{admonition} Every fragile row", ":class: dropdown", "",
