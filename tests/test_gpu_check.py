@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.sh: its CPU dry run detects no CUDA, says so, writes its report and exits 0."""
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,10 +21,15 @@ def test_gpu_check_dry_run_without_cuda(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "No CUDA device found" in proc.stdout
+    # the plan comes first: every CUDA step with its planned seconds, summing to the 8-minute budget
+    planned = [int(m) for m in re.findall(r"^  \S+\s+(\d+) s   \(running total", proc.stdout, re.MULTILINE)]
+    assert len(planned) == 8 and sum(planned) <= 480
+    assert f"planned total: {sum(planned)} s" in proc.stdout
     text = report.read_text()
     assert text.startswith("# GPU check report")
     assert "interpreter only" in text
     assert "## benchmark-cpu-reference" in text and "exit status: 0" in text
+    assert "planned total:" in text  # the plan is in the report too
     assert "timing the PyTorch references on the CPU only" in text
 
 
