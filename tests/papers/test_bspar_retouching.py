@@ -42,6 +42,20 @@ def test_closed_form_statistics_equal_pixels_and_decode_inverts():
     assert torch.allclose(t, torch.as_tensor(closed))
 
 
+def test_oracle_success_is_greedy_and_stops():
+    world, _ = _world(n=3)
+    target = np.zeros((3, 4))
+    as_shot = np.array([[2.0, 0, 0, 0], [0, 0, 0, 0], [0.5, 0, 0, 0]])
+    world = dataclasses.replace(world, as_shot=as_shot, target=target)
+    sig = lambda x: 1 / (1 + np.exp(-x))                                       # noqa: E731
+    # two big steps reach the target; at the target it stops (0.5); from 0.5 the big step does not
+    # help, two small ones leave 0.1 and a third would not lower the distance
+    got = paper.oracle_success(world, horizon=6)
+    assert np.allclose(got, [sig(2.0), 0.5, sig(0.4)])
+    assert np.allclose(paper.oracle_success(world, horizon=1), [sig(1.0), 0.5, sig(0.2)])
+    assert np.allclose(paper.oracle_success(world, horizon=6, slope=2.0)[0], sig(4.0))
+
+
 def test_rater_and_proxy():
     assert paper.human_probability(2.0, 2.0) == 0.5
     assert paper.human_probability(3.0, 1.0, slope=1.0) == pytest.approx(1 / (1 + math.exp(-2)))
@@ -193,6 +207,14 @@ def test_tiny_run_and_measurements(tiny_asset):
     assert m["headline_b2"].n == 2 and m["headline_b2"].unit == paper.UNIT and m["headline_b2"].level == 0.9
     assert m["shuffled_vs_b3"].n == 2 and 0 <= m["collapsed_seeds"] <= 2
     assert np.isclose(m["premise_success"].point, np.mean(result.final["bspar"]["success"] - result.final["b1"]["success"]))
+    F = result.final
+    assert np.isclose(m["headline_no_bayes"].point, np.mean(F["bspar"]["success"] - F["no_bayes"]["success"]))
+    assert np.isclose(m["headline_shuffled"].point, np.mean(F["bspar"]["success"] - F["shuffled"]["success"]))
+    assert m["headline_no_bayes"].n == 2 and m["headline_no_bayes"].level == 0.9
+    assert np.isclose(m["floor"].point, np.mean(F["bspar"]["success"]) - paper.DO_NOTHING)
+    assert 0.5 <= result.oracle_success < 1 and m["headroom_arm"] in paper.HEADLINE_COMPARATORS
+    assert np.isclose(m["headroom"].point, result.oracle_success - np.mean(F[m["headroom_arm"]]["success"]))
+    assert all(np.mean(F[m["headroom_arm"]]["success"]) >= np.mean(F[a]["success"]) for a in paper.HEADLINE_COMPARATORS)
     with pytest.raises(ValueError, match="seed"):
         paper.run(dataclasses.replace(config, seed=1), path)
 
