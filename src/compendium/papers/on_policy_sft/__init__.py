@@ -30,9 +30,13 @@ only ``q``.
 Ours and the libraries'
 -----------------------
 The LM is ``transformers``' GPT-2 built from a config (random init) and trained here; ROC AUC is
-scikit-learn's; the trainer is :mod:`compendium.training`. The losses, DDT statistics, samplers,
-Hinted Decoding, the toy language and the Triton kernel are ours (no library implements them; the
-authors' code was read but not copied).
+scikit-learn's; the trainer is :mod:`compendium.training`. DFT is in ``trl`` (``SFTConfig(loss_type="dft")``,
+inlined in ``SFTTrainer.compute_loss``); we keep our own DFT because it shares one token-weighted
+cross-entropy with IDFT, and a unit test checks our DFT, and IDFT where it coincides with DFT
+(``lam = 0`` with the stopped weight), against trl's ``compute_loss`` in value and in every parameter
+gradient. IDFT, the DDT statistics, the samplers, Hinted Decoding, the toy language and the Triton
+kernel are ours (we found no library that implements them; the authors' code was read but not
+copied).
 
 Small-scale deviations
 ----------------------
