@@ -239,3 +239,23 @@ def test_dft_and_idft_at_gamma_one_match_trl_dft():
         assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-6), name
     assert torch.allclose(released[0], ref_value, rtol=1e-5, atol=1e-7)
     assert not torch.allclose(released[1], ref_grad, rtol=1e-3, atol=1e-6)  # the gradient also flows through p
+
+
+def test_precondition_measurements_on_a_hand_built_result():
+    """The three preconditions read what they say: the worst base model's in-domain accuracy minus chance (1/7), SFT's
+    style B share against the base model's (paired) and SFT's OOD accuracy minus chance; a base at chance fails."""
+    M = 3
+    arms = {arm: {k: np.full(M, 0.5) for k in ("acc_in", "acc_ood", "dnll", "style_b")} for arm in paper.ARMS}
+    arms["sft"]["style_b"] = np.array([0.9, 0.8, 0.7])
+    arms["sft"]["acc_ood"] = np.array([1 / 7, 1 / 7 + 0.02, 1 / 7 + 0.01])  # at the floor
+    res = paper.Result(base={"acc_in": np.array([0.6, 0.11, 0.7]), "acc_ood": np.full(M, 0.3), "nll_sub": np.ones(M),
+                             "style_b": np.array([0.0, 0.1, 0.0])},
+                       arms=arms, phi_means={k: np.array([-1.0, -1.1, -0.9]) for k in ("on_policy", "B", "A", "HD", "RFT")},
+                       auroc={"style_b": np.array([[0.8, 0.95], [0.7, 0.96], [0.75, 0.97]]),
+                              "on_policy": np.array([[0.5, 0.49], [0.52, 0.5], [0.5, 0.53]])},
+                       hd_accuracy=np.array([0.9, 0.95, 1.0]), demo_accuracy=np.ones(M))
+    m = paper.measurements(res)
+    assert paper.CHANCE == pytest.approx(1 / 7)
+    assert m["base_floor_worst"] == pytest.approx(0.11 - 1 / 7) and m["base_floor_worst"] < 0.10
+    assert m["sft_style_b_gain"].point == pytest.approx(0.8 - 1 / 30) and m["sft_style_b_gain"].n == M
+    assert m["sft_ood_above_chance"].point == pytest.approx(0.01) and m["sft_ood_above_chance"].low < 0.05

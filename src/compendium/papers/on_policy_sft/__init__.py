@@ -55,13 +55,13 @@ Small-scale deviations
 
 from .checks import gradient_check, hinted_limits, kernel_check, loss_limits, symbolic_phi_moments
 from .decoding import generate, hinted_generate, hinted_lambda, hinted_mix, sample_token
-from .experiment import ARMS, LABELS, UNIT, Config, Result, auroc, doc_means, finetune, measurements, run, token_phi
+from .experiment import ARMS, CHANCE, LABELS, UNIT, Config, Result, auroc, doc_means, finetune, measurements, run, token_phi
 from .lm import ASSET_NAME, PretrainSettings, build_asset, load_models, pretrain, settings_for
 from .losses import (ce_loss, cll, closed_form_logit_gradient, dft_loss, idft_gamma, idft_lambda, idft_loss,
                      seq_phi_stats, token_weights, weighted_nll)
 
 __all__ = [
-    "ARMS", "LABELS", "UNIT", "Config", "Result", "run", "measurements", "auroc", "doc_means", "finetune", "token_phi",
+    "ARMS", "CHANCE", "LABELS", "UNIT", "Config", "Result", "run", "measurements", "auroc", "doc_means", "finetune", "token_phi",
     "ASSET_NAME", "PretrainSettings", "build_asset", "load_models", "pretrain", "settings_for",
     "generate", "hinted_generate", "hinted_lambda", "hinted_mix", "sample_token",
     "ce_loss", "cll", "closed_form_logit_gradient", "dft_loss", "idft_gamma", "idft_lambda", "idft_loss",
