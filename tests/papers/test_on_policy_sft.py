@@ -185,3 +185,77 @@ def test_rft_keeps_one_correct_sample_per_solved_problem(tiny_model):
     assert all(got[r] <= given[r] for r in got)
     none_ops, none = rft_data(tiny_model, ops[:0], np.random.default_rng(7), 3)
     assert none_ops.shape == (0, 3) and none.shape == (0, 6)
+
+
+def _trl_dft_loss(model, input_ids, labels):
+    """trl's own DFT loss: ``SFTTrainer.compute_loss`` (trl 1.16, ``loss_type="dft"``) called on a minimal stand-in
+    for the trainer (the attributes the method reads), on ``model`` patched with trl's fused LM head, as the
+    trainer's ``__init__`` patches it. No dataset, tokenizer or training loop is built."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl import SFTTrainer
+    from trl.trainer.utils import add_fused_lm_head
+
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    stand_in = SimpleNamespace(
+        model=model, aux_loss_enabled=False, compute_loss_func=None, label_smoother=None,
+        args=SimpleNamespace(loss_type="dft", average_tokens_across_devices=False),
+        accelerator=SimpleNamespace(parallelism_config=None, gather_for_metrics=lambda x: x),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)}, _total_train_tokens=0, _tp_size=1)
+    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    return SFTTrainer.compute_loss(stand_in, model, inputs)
+
+
+def test_dft_and_idft_at_gamma_one_match_trl_dft():
+    """Our DFT, and IDFT where it coincides with DFT (lambda = 0, stopped weight), equal trl's DFT loss in value and
+    in every parameter gradient on a tiny random batch; released IDFT at lambda = 0 has the same value only."""
+    pytest.importorskip("trl")
+    # float32: trl's fused LM head computes its log-probabilities in float32 whatever the model's dtype
+    model = new_model(gpt2_config(PretrainSettings(n_embd=16, n_head=2, n_layer=1)), 5).train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, task.VOCAB_SIZE, (6, 9), generator=g)
+    labels = ids.clone()
+    labels[:, :4] = -100  # the prompt: no loss, as in trl's completion-only training
+    labels[0, 7:] = -100  # one shorter response
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def value_and_grads(loss):
+        grads = torch.autograd.grad(loss, params)
+        return loss.detach(), torch.cat([x.reshape(-1) for x in grads])
+
+    logits = model(input_ids=ids).logits[:, :-1]
+    targets, mask = ids[:, 1:], (labels[:, 1:] != -100).long()
+    ours = {"dft": value_and_grads(paper.dft_loss(logits, targets, mask))}
+    logits = model(input_ids=ids).logits[:, :-1]
+    ours["idft_lam0_stopped"] = value_and_grads(paper.idft_loss(logits, targets, mask, lam=0.0, stop_weight=True))
+    logits = model(input_ids=ids).logits[:, :-1]
+    released = value_and_grads(paper.idft_loss(logits, targets, mask, lam=0.0))
+    ce_value = paper.ce_loss(model(input_ids=ids).logits[:, :-1], targets, mask).detach()
+    ref_value, ref_grad = value_and_grads(_trl_dft_loss(model, ids, labels))
+    assert ref_grad.abs().max() > 1e-6 and abs(ref_value - ce_value) > 1e-3  # DFT is not cross-entropy here
+    for name, (value, grad) in ours.items():
+        assert torch.allclose(value, ref_value, rtol=1e-5, atol=1e-7), name
+        assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-6), name
+    assert torch.allclose(released[0], ref_value, rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(released[1], ref_grad, rtol=1e-3, atol=1e-6)  # the gradient also flows through p
+
+
+def test_precondition_measurements_on_a_hand_built_result():
+    """The three preconditions read what they say: the worst base model's in-domain accuracy minus chance (1/7), SFT's
+    style B share against the base model's (paired) and SFT's OOD accuracy minus chance; a base at chance fails."""
+    M = 3
+    arms = {arm: {k: np.full(M, 0.5) for k in ("acc_in", "acc_ood", "dnll", "style_b")} for arm in paper.ARMS}
+    arms["sft"]["style_b"] = np.array([0.9, 0.8, 0.7])
+    arms["sft"]["acc_ood"] = np.array([1 / 7, 1 / 7 + 0.02, 1 / 7 + 0.01])  # at the floor
+    res = paper.Result(base={"acc_in": np.array([0.6, 0.11, 0.7]), "acc_ood": np.full(M, 0.3), "nll_sub": np.ones(M),
+                             "style_b": np.array([0.0, 0.1, 0.0])},
+                       arms=arms, phi_means={k: np.array([-1.0, -1.1, -0.9]) for k in ("on_policy", "B", "A", "HD", "RFT")},
+                       auroc={"style_b": np.array([[0.8, 0.95], [0.7, 0.96], [0.75, 0.97]]),
+                              "on_policy": np.array([[0.5, 0.49], [0.52, 0.5], [0.5, 0.53]])},
+                       hd_accuracy=np.array([0.9, 0.95, 1.0]), demo_accuracy=np.ones(M))
+    m = paper.measurements(res)
+    assert paper.CHANCE == pytest.approx(1 / 7)
+    assert m["base_floor_worst"] == pytest.approx(0.11 - 1 / 7) and m["base_floor_worst"] < 0.10
+    assert m["sft_style_b_gain"].point == pytest.approx(0.8 - 1 / 30) and m["sft_style_b_gain"].n == M
+    assert m["sft_ood_above_chance"].point == pytest.approx(0.01) and m["sft_ood_above_chance"].low < 0.05

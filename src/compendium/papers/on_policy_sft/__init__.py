@@ -30,9 +30,13 @@ only ``q``.
 Ours and the libraries'
 -----------------------
 The LM is ``transformers``' GPT-2 built from a config (random init) and trained here; ROC AUC is
-scikit-learn's; the trainer is :mod:`compendium.training`. The losses, DDT statistics, samplers,
-Hinted Decoding, the toy language and the Triton kernel are ours (no library implements them; the
-authors' code was read but not copied).
+scikit-learn's; the trainer is :mod:`compendium.training`. DFT is in ``trl`` (``SFTConfig(loss_type="dft")``,
+inlined in ``SFTTrainer.compute_loss``); we keep our own DFT because it shares one token-weighted
+cross-entropy with IDFT, and a unit test checks our DFT, and IDFT where it coincides with DFT
+(``lam = 0`` with the stopped weight), against trl's ``compute_loss`` in value and in every parameter
+gradient. IDFT, the DDT statistics, the samplers, Hinted Decoding, the toy language and the Triton
+kernel are ours (we found no library that implements them; the authors' code was read but not
+copied).
 
 Small-scale deviations
 ----------------------
@@ -51,13 +55,13 @@ Small-scale deviations
 
 from .checks import gradient_check, hinted_limits, kernel_check, loss_limits, symbolic_phi_moments
 from .decoding import generate, hinted_generate, hinted_lambda, hinted_mix, sample_token
-from .experiment import ARMS, LABELS, UNIT, Config, Result, auroc, doc_means, finetune, measurements, run, token_phi
+from .experiment import ARMS, CHANCE, LABELS, UNIT, Config, Result, auroc, doc_means, finetune, measurements, run, token_phi
 from .lm import ASSET_NAME, PretrainSettings, build_asset, load_models, pretrain, settings_for
 from .losses import (ce_loss, cll, closed_form_logit_gradient, dft_loss, idft_gamma, idft_lambda, idft_loss,
                      seq_phi_stats, token_weights, weighted_nll)
 
 __all__ = [
-    "ARMS", "LABELS", "UNIT", "Config", "Result", "run", "measurements", "auroc", "doc_means", "finetune", "token_phi",
+    "ARMS", "CHANCE", "LABELS", "UNIT", "Config", "Result", "run", "measurements", "auroc", "doc_means", "finetune", "token_phi",
     "ASSET_NAME", "PretrainSettings", "build_asset", "load_models", "pretrain", "settings_for",
     "generate", "hinted_generate", "hinted_lambda", "hinted_mix", "sample_token",
     "ce_loss", "cll", "closed_form_logit_gradient", "dft_loss", "idft_gamma", "idft_lambda", "idft_loss",

@@ -24,6 +24,7 @@ LABELS = {"sft": "SFT (style B)", "dft": "DFT (style B)", "idft": "IDFT (style B
           "sft_hd": "SFT on HD data",
           "rft": "RFT (self-samples)", "sft_a": "SFT (style A)", "idft_a": "IDFT (style A)"}
 UNIT = "base-model seeds"
+CHANCE = 1.0 / task.MODULUS  # accuracy of a uniform guess of the answer residue
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,11 @@ def measurements(res: Result, level: float = 0.90) -> dict:
     m["headroom"] = max((mean_interval(a["sft"][k], level=level, unit=UNIT) for k in ("acc_in", "acc_ood")),
                         key=lambda e: e.high)
     m["base_headroom"] = mean_interval(res.base["acc_in"], level=level, unit=UNIT)
+    # preconditions: every base model above chance in domain (worst model), SFT has learned style B (its share of
+    # style B answers against the base model's, paired), SFT's OOD accuracy above chance
+    m["base_floor_worst"] = float(res.base["acc_in"].min() - CHANCE)
+    m["sft_style_b_gain"] = paired_difference(a["sft"]["style_b"], res.base["style_b"], level=level, unit=UNIT)
+    m["sft_ood_above_chance"] = mean_interval(a["sft"]["acc_ood"] - CHANCE, level=level, unit=UNIT)
     au = res.auroc
     m["auroc_longest_min"] = float(au["style_b"][:, -1].min())
     m["auroc_rise_min"] = float((au["style_b"][:, -1] - au["style_b"][:, 0]).min())
