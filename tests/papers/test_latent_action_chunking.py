@@ -90,6 +90,21 @@ def test_rtr_reset_and_splice():
     assert np.array_equal(out[..., :24, :], prev[..., 24:, :]) and np.array_equal(out[..., 24:, :], new[..., 24:, :])
 
 
+@pytest.mark.parametrize("latency,same", [(24, True), (12, False), (6, False)])
+def test_identity_splice_equals_naive_only_at_the_period(latency, same):
+    """Inconsistent (random) chunks: the bare splice executes naive's commands exactly when the latency
+    equals the period (every reused step is past), and differs below it (the negative control's range)."""
+    ep = _episodes(3)
+
+    def noisy(obs):
+        t0 = int(np.rint(obs[0, 0, 4] * paper.EPISODE_STEPS))
+        return np.random.default_rng(t0).normal(size=obs.shape[:2] + (paper.HORIZON, 2))
+
+    acts = {mode: paper.rollout(noisy, ep, 2, mode=mode, latency=latency, rng=np.random.default_rng(0),
+                                goal_noise=0.0).actions for mode in ("naive", "rtr_identity")}
+    assert bool(np.abs(acts["naive"] - acts["rtr_identity"]).max() == 0.0) is same
+
+
 def test_crossfade_endpoints():
     old, new = np.zeros((20, 2)), np.ones((20, 2))
     out = paper.crossfade(old, new, 4)
@@ -196,6 +211,8 @@ def test_config_validation():
         paper.Config(claim_latencies=(6,), latencies=(0, 12))
     with pytest.raises(ValueError):
         paper.Config(test_episodes=1)
+    with pytest.raises(ValueError, match="below the period"):
+        paper.Config(latencies=(0, 24), claim_latencies=(24,))   # the negative control would have nothing to test
     assert paper.Config(latencies=[0, 12], claim_latencies=[12]).latencies == (0, 12)
 
 
@@ -216,7 +233,8 @@ def test_tiny_run(tiny):
     m = paper.measurements(result)
     assert m["dropped_ok"]
     assert isinstance(m["headline_token"][1], Estimate) and m["headline_token"][1].n == 2
-    assert m["identity_key"] == 12 and np.isfinite(m["identity_high"])
+    assert m["identity_key"] == 12 and isinstance(m["identity"], Estimate) and set(m["identity_all"]) == {12}
+    assert m["identity_equals_naive"] is None and result.checks["identity_vs_naive"][12] > 0.0
     assert m["floor"][0] in m["floor_parts"] and set(m["floor_parts"]) == {f"{k}" for k in paper.FLOOR_POLICIES}
     assert m["floor"][1].high == max(e.high for e in m["floor_parts"].values())
     assert result.checks["reset_max_change"] == 0.0 and result.checks["cubic_jerk_error"] < 1e-9
