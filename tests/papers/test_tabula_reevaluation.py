@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from compendium.papers import tabula_reevaluation as paper
-from compendium.papers.tabula_reevaluation import audit, model, tables
+from compendium.papers.tabula_reevaluation import audit, metrics, model, tables
 
 TINY = paper.AssetConfig(
     n_tasks=9, n_train=16, n_test=6, overlap_fraction=0.25, leak_fraction=0.34, copies=2, pool_tables=3,
@@ -109,6 +109,22 @@ def test_lift_is_zero_for_the_majority_predictor_and_ties_are_deterministic():
     assert paper.lift(float(np.mean(predictions == y_test)), acc) == 0.0
     for constant in ("yes", "no", "maybe"):  # no constant answer beats the test-split majority
         assert float(np.mean(np.full(y_test.shape, constant) == y_test)) - acc <= 0.0
+
+
+def test_held_out_majority_is_chosen_on_the_train_split():
+    y_train = np.array(["no", "yes", "yes", "no", "yes"])  # majority 'yes'
+    y_test = np.array(["no", "no", "yes", "no"])  # test majority 'no' (0.75); 'yes' scores 0.25 here
+    assert metrics.held_out_majority_accuracy(y_train, y_test) == pytest.approx(0.25)
+    assert paper.majority_baseline(y_test)[1] == pytest.approx(0.75)
+    # a train-split tie goes to the smallest label, as for the test-split baseline
+    assert metrics.held_out_majority_accuracy(["yes", "no"], y_test) == pytest.approx(0.75)
+    # never above the test-split majority: that one is the best constant on the test split
+    rng = np.random.default_rng(6)
+    for _ in range(40):
+        tr, te = rng.choice(["a", "b", "c"], 9), rng.choice(["a", "b", "c"], 7)
+        assert metrics.held_out_majority_accuracy(tr, te) <= paper.majority_baseline(te)[1] + 1e-12
+    with pytest.raises(ValueError):
+        metrics.held_out_majority_accuracy(y_train, [])
 
 
 def test_canonical_hash_ignores_order_and_formatting_but_not_values():
@@ -224,8 +240,21 @@ def test_tiny_run_is_deterministic(tiny_asset):
     assert m["exact_recall"] == 1.0 and m["exact_precision"] == 1.0  # injected exact copies, hashed
     assert m["leak_recall"] == 1.0 and m["leak_survival"] == 1.0
     assert m["clean_ci"] == second.metrics["clean_ci"]
-    assert ((first.tasks.acc_tlm >= 0) & (first.tasks.acc_tlm <= 1)).all()
+    assert "clean_near_zero" not in m  # the first build's one-sided rule is gone; the ledger decides on intervals
+    frame = first.tasks
+    standard = frame.type.isin(("binary", "categorical"))
+    clean = standard & (frame.group == "clean")
+    # the corrected lift is the lift over the train split's majority, never larger than the paper's
+    # lift of the same answers by more than the test-split majority's head start
+    assert np.allclose(frame.corrected_lift_tlm, frame.acc_tlm - frame.majority_train)
+    assert (frame.corrected_lift_tlm >= frame.lift_tlm - 1e-12).all()
     est = m["estimates"]
+    assert est["clean_corrected_lift"].point == pytest.approx(float(np.median(frame.corrected_lift_tlm[clean])))
+    assert est["lr_clean_corrected_lift"].n == int(clean.sum())
+    assert np.isfinite(est["lift_recovery_contrast"].point)
+    assert est["lift_recovery_contrast"].point == pytest.approx(
+        m["lift_base_standard"] - 0.5 * m["lift_tlm_standard"])
+    assert ((first.tasks.acc_tlm >= 0) & (first.tasks.acc_tlm <= 1)).all()
     assert est["clean_lift"].unit == "tasks" and est["clean_lift"].point == pytest.approx(m["clean_median_lift"])
     assert est["recovery_ratio"].n == int(first.tasks.type.isin(("binary", "categorical")).sum())
     assert m["naive_exact_recall"] == 1.0  # each injected exact row has a verbatim copy
@@ -242,7 +271,9 @@ def test_tiny_run_is_deterministic(tiny_asset):
     assert any(src.startswith("statsmodels_") for src in m["real_sources"])
     standard = frame.type.isin(("binary", "categorical"))
     for key, column, group in (("clean_lift_real", "lift_tlm", "clean"), ("lr_clean_lift_real", "lift_lr", "clean"),
-                               ("contaminated_lift_real", "lift_tlm", "overlap")):
+                               ("contaminated_lift_real", "lift_tlm", "overlap"),
+                               ("clean_corrected_lift_real", "corrected_lift_tlm", "clean"),
+                               ("lr_clean_corrected_lift_real", "corrected_lift_lr", "clean")):
         values = frame[column][real & standard & (frame.group == group)]
         if len(values) >= 2:
             assert est[key].n == len(values) and est[key].point == pytest.approx(float(np.median(values)))
@@ -277,11 +308,24 @@ def test_interval_estimates_and_chance_adjusted_ratio():
 
     rng = np.random.default_rng(0)
     base, tlm, maj = np.full(8, 0.55), np.full(8, 0.60), np.full(8, 0.50)
-    assert metrics.ratio_of_lifts(base, tlm, maj) == pytest.approx(0.5)  # 5 of 10 points of lift
+    # 5 of 10 points of lift recovered: exactly on the 0.5 bar, a contrast of 0
+    assert metrics.lift_recovery_contrast(base, tlm, maj) == pytest.approx(0.0, abs=1e-12)
+    assert metrics.lift_recovery_contrast(base, tlm, maj, share=0.25) == pytest.approx(0.05 - 0.025)
     assert metrics.recovery_of_means(base, tlm) == pytest.approx(0.55 / 0.60)
-    assert math.isnan(metrics.ratio_of_lifts(base, maj, maj))  # no TLM lift: undefined
-    est = metrics.task_bootstrap(metrics.ratio_of_lifts, [base, tlm, maj], rng, resamples=200)
-    assert est.point == pytest.approx(0.5) and est.low == pytest.approx(0.5) and est.high == pytest.approx(0.5)
+    # the contrast stays defined where the ratio has its pole (no TLM lift): base lift 0.05 minus half of 0
+    assert metrics.lift_recovery_contrast(base, maj, maj) == pytest.approx(0.05)
+    with pytest.raises(ValueError):
+        metrics.lift_recovery_contrast(base, tlm, maj, share=0.0)
+    # per resample, the sign of the contrast is the side of 0.5 on which the ratio of mean lifts falls
+    draws = np.random.default_rng(2)
+    for _ in range(50):
+        b, t, m = draws.uniform(0, 1, 6), draws.uniform(0, 1, 6), draws.uniform(0, 1, 6)
+        tlm_lift, base_lift = np.mean(t - m), np.mean(b - m)
+        if tlm_lift > 0:
+            assert (metrics.lift_recovery_contrast(b, t, m) > 0) == (base_lift / tlm_lift > 0.5)
+    est = metrics.task_bootstrap(metrics.lift_recovery_contrast, [base, tlm, maj], rng, resamples=200)
+    assert est.point == pytest.approx(0.0, abs=1e-12) and est.low == pytest.approx(0.0, abs=1e-12)
+    assert "undefined" not in est.method
     noisy = rng.normal(0.0, 0.05, 40)
     med = metrics.median_interval(noisy, np.random.default_rng(1), resamples=500)
     assert med.low <= np.median(noisy) <= med.high and med.n == 40

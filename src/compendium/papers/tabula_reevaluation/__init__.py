@@ -15,10 +15,12 @@ Equations implemented
 :mod:`.metrics`::
 
     lift_d          = acc_model,d - acc_majority,d          (majority class of the test split)
+    corrected lift  = acc_model,d - acc_d(majority class of the train split)    (no test-label selection)
     median lift     = median_d lift_d over the tasks d of one type
     type contrast   median(lift | quartile) - median(lift | binary, categorical), two-sample bootstrap
     lift share      sum_{d quartile} lift_d / sum_d lift_d                      (total lift > 0)
     recovery ratio  R = acc(no tabular training) / acc(TLM)                      (standard tasks)
+    lift recovery   mean lift(no tabular) - 0.5 mean lift(TLM) > 0  <=>  lift ratio > 0.5 (TLM lift > 0)
     gap closure     G = (acc(+format) - acc(no tabular)) / (acc(TLM) - acc(no tabular))  (quartile)
     top decile      P(X >= hits), X ~ Hypergeom(N tasks, K contaminated, n = ceil(N/10))
 

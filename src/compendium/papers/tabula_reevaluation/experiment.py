@@ -121,6 +121,30 @@ def _mean(values) -> float:
 def run(config: Config, asset_directory: str | Path) -> Result:
     """Evaluate the ``tabular_lm_miniature`` asset in ``asset_directory`` for ``config``."""
     asset = load_asset(Path(asset_directory))
+    tasks = asset["tasks"]
+    frame, per_seed = evaluate_tasks(asset, config)
+    audits = audit_tasks(tasks, asset["pool"], frame, config)
+    n_test = [len(t.y_test) for t in tasks]
+    summary, near_rows, rows = score_audit(frame, audits, n_test, config)
+    summary.update(finding_summaries(frame, per_seed, config))
+    summary["estimates"] = finding_estimates(frame, config)
+    summary.update(real_table_summaries(frame, near_rows, rows, n_test, config, summary["estimates"]))
+    summary["test_rows"] = int(np.median(n_test))
+    summary["expected_chance_majority"] = metrics.expected_majority_accuracy(summary["test_rows"], 0.5)
+    # -- the detectors on perturbation families they were not designed for, beside a naive string match
+    robust = robustness.robustness_table(tasks, make_rng(config.seed, 9), round_digits=config.round_digits,
+                                         near_duplicate_tolerance=config.near_duplicate_tolerance)
+    summary["naive_exact_recall"] = _naive_exact_recall(tasks, asset["pool"], frame, n_test)
+    return Result(frame, near_rows, summary, asset["metrics"]["losses"], robust)
+
+
+def evaluate_tasks(asset: dict, config: Config) -> tuple[pd.DataFrame, dict]:
+    """One row per task: group, majority baselines, accuracy, validity and lift of each model and baseline.
+
+    Returns the frame and the per-model-seed accuracies ``{kind: (n_seeds, n_tasks)}``. ``lift_*``
+    is the paper's lift (over the test split's majority class); ``corrected_lift_*`` is the lift
+    over the train split's majority class scored on the test split (no selection on the test labels).
+    """
     tasks, key = asset["tasks"], asset["key"]
     frame = pd.DataFrame({
         "task": [t.name for t in tasks], "source": [t.source for t in tasks], "type": [t.task_type for t in tasks],
@@ -129,6 +153,7 @@ def run(config: Config, asset_directory: str | Path) -> Result:
     frame["group"] = np.where(frame.overlap != "", "overlap", np.where(frame.leak, "leak", "clean"))
     frame["origin"] = np.where(frame.source == "synthetic", "synthetic", "real")
     frame["majority"] = [metrics.majority_baseline(t.y_test)[1] for t in tasks]
+    frame["majority_train"] = [metrics.held_out_majority_accuracy(t.y_train, t.y_test) for t in tasks]
     per_seed = {}
     for kind in MODEL_KINDS:
         per_seed[kind], valid = model_accuracies(asset["models"][kind], asset["vocab"], tasks)
@@ -138,9 +163,17 @@ def run(config: Config, asset_directory: str | Path) -> Result:
     frame["acc_lr"], frame["acc_gbm"] = classical[:, 0], classical[:, 1]
     frame["lift_lr"] = frame.acc_lr - frame.majority
     frame["lift_gbm"] = frame.acc_gbm - frame.majority
+    for kind in (*MODEL_KINDS, "lr"):
+        frame[f"corrected_lift_{kind}"] = frame[f"acc_{kind}"] - frame.majority_train
+    return frame, per_seed
 
-    # -- the audit (detectors read the pool text and the tables, never the key)
-    pool_tables, records = audit.parse_documents(asset["pool"])
+
+def audit_tasks(tasks, pool, frame: pd.DataFrame, config: Config) -> list[dict]:
+    """Run the three detectors on every task (they read the pool text and the tables, never the key).
+
+    Adds the per-task flag counts and leakage scores to ``frame`` in place; returns the per-task audits.
+    """
+    pool_tables, records = audit.parse_documents(pool)
     hashes = audit.pool_hashes(records, config.round_digits)
     audits = [audit.audit_task(t, pool_tables, hashes, near_duplicate_tolerance=config.near_duplicate_tolerance,
                                leakage_threshold=config.leakage_threshold, round_digits=config.round_digits)
@@ -150,9 +183,16 @@ def run(config: Config, asset_directory: str | Path) -> Result:
     frame["leakage_score"] = [a["leakage"]["score"] for a in audits]
     frame["leakage_flagged"] = [a["leakage"]["flagged"] for a in audits]
     frame["leakage_after_dedup"] = [a["leakage_after_dedup"]["flagged"] for a in audits]
+    return audits
 
-    # -- scoring the audit against the key
-    n_test = [len(t.y_test) for t in tasks]
+
+def score_audit(frame: pd.DataFrame, audits: list[dict], n_test: list[int], config: Config) -> tuple[dict, pd.DataFrame, dict]:
+    """Score the detectors against the contamination key.
+
+    Returns the detector metrics, the per-row near-duplicate scores (rows not copied exactly) and the
+    row-level arrays the real-table subset reuses (``exact_flags``, ``exact_truth``, ``near_flags``,
+    ``near_truth``, ``leak_flags``, ``leak_truth``).
+    """
     mode_rows = np.repeat(frame.overlap.to_numpy(), n_test)
     exact_flags = np.concatenate([a["exact"] for a in audits])
     exact_truth = mode_rows == "exact"
@@ -165,21 +205,6 @@ def run(config: Config, asset_directory: str | Path) -> Result:
     leak_truth, leak_flags = frame.leak.to_numpy(), frame.leakage_flagged.to_numpy()
     leak_tasks = frame[frame.leak]
     survived = (leak_tasks.exact_rows_flagged == 0) & leak_tasks.leakage_after_dedup
-
-    # -- finding 1: lift on clean vs contaminated standard tasks, top decile enrichment
-    standard = frame.type.isin(STANDARD_TYPES)
-    clean_lifts = frame.lift_tlm[standard & (frame.group == "clean")].to_numpy()
-    contaminated_lifts = frame.lift_tlm[standard & (frame.group == "overlap")].to_numpy()
-    ci = metrics.bootstrap_ci(clean_lifts, make_rng(config.seed, 2), resamples=config.bootstrap_resamples)
-    enrichment = metrics.top_fraction_enrichment(frame.lift_tlm.to_numpy(), (frame.group == "overlap").to_numpy(), 0.1)
-    # ... and its second half: the aggregate lift is carried by quartile tasks (all tasks, every group)
-    quartile_vs_standard = metrics.median_difference_ci(
-        frame.lift_tlm[frame.type == "quartile"].to_numpy(), frame.lift_tlm[standard].to_numpy(),
-        make_rng(config.seed, 3), resamples=config.bootstrap_resamples)
-
-    # -- finding 3: instruction-only recovery on standard tasks, format familiarity on quartile tasks
-    quartile = frame.type == "quartile"
-    clean_q = quartile & (frame.group == "clean")
     summary = {
         "exact_recall": _mean(exact_flags[exact_truth]),
         "exact_precision": float(exact_truth[exact_flags].mean()) if exact_flags.any() else float("nan"),
@@ -192,13 +217,34 @@ def run(config: Config, asset_directory: str | Path) -> Result:
         "leak_false_positive_rate": _mean(leak_flags[~leak_truth]),
         "leak_roc": _roc(leak_truth, frame.leakage_score.to_numpy()),
         "leak_survival": _mean(survived), "leak_tasks": int(len(leak_tasks)),
-        "clean_median_lift": float(np.median(clean_lifts)), "clean_ci": ci, "clean_tasks": int(clean_lifts.size),
-        "clean_near_zero": bool(ci[0] <= 0 <= ci[1] or ci[1] < 0.02),
+    }
+    rows = {"exact_flags": exact_flags, "exact_truth": exact_truth, "near_flags": near_flags, "near_truth": near_truth,
+            "leak_flags": leak_flags, "leak_truth": leak_truth}
+    return summary, near_rows, rows
+
+
+def finding_summaries(frame: pd.DataFrame, per_seed: dict, config: Config) -> dict:
+    """Point values of the three findings: medians and their intervals, top-decile enrichment, ratios per model seed."""
+    standard = frame.type.isin(STANDARD_TYPES)
+    quartile = frame.type == "quartile"
+    clean_q = quartile & (frame.group == "clean")
+    std_frame = frame[standard]
+    # -- finding 1: lift on clean vs contaminated standard tasks, top decile enrichment
+    clean_lifts = frame.lift_tlm[standard & (frame.group == "clean")].to_numpy()
+    contaminated_lifts = frame.lift_tlm[standard & (frame.group == "overlap")].to_numpy()
+    return {
+        "clean_median_lift": float(np.median(clean_lifts)),
+        "clean_ci": metrics.bootstrap_ci(clean_lifts, make_rng(config.seed, 2), resamples=config.bootstrap_resamples),
+        "clean_tasks": int(clean_lifts.size),
         "contaminated_median_lift": float(np.median(contaminated_lifts)),
         "contaminated_tasks": int(contaminated_lifts.size),
-        "top_decile": enrichment,
-        "quartile_vs_standard": quartile_vs_standard,
-        "quartile_lift_share": metrics.lift_share(frame.lift_tlm.to_numpy(), (frame.type == "quartile").to_numpy()),
+        "top_decile": metrics.top_fraction_enrichment(frame.lift_tlm.to_numpy(), (frame.group == "overlap").to_numpy(), 0.1),
+        # ... and its second half: the aggregate lift is carried by quartile tasks (all tasks, every group)
+        "quartile_vs_standard": metrics.median_difference_ci(
+            frame.lift_tlm[quartile].to_numpy(), frame.lift_tlm[standard].to_numpy(),
+            make_rng(config.seed, 3), resamples=config.bootstrap_resamples),
+        "quartile_lift_share": metrics.lift_share(frame.lift_tlm.to_numpy(), quartile.to_numpy()),
+        # -- finding 3: instruction-only recovery on standard tasks, format familiarity on quartile tasks
         "recovery_ratio": _or_nan(metrics.recovery_ratio, frame.acc_base[standard].mean(), frame.acc_tlm[standard].mean()),
         "gap_closure": _or_nan(metrics.gap_closure, frame.acc_base[quartile].mean(), frame.acc_base_q[quartile].mean(),
                                frame.acc_tlm[quartile].mean()),
@@ -212,62 +258,82 @@ def run(config: Config, asset_directory: str | Path) -> Result:
             for b, q, m in zip(per_seed["base"], per_seed["base_q"], per_seed["tlm"])],
         "median_lift_by_type": {kind: metrics.median_lift_by_type(frame[f"lift_{kind}"], frame.type)
                                 for kind in (*MODEL_KINDS, "lr", "gbm")},
+        "lift_base_standard": float(std_frame.lift_base.mean()),
+        "lift_tlm_standard": float(std_frame.lift_tlm.mean()),
+        "clean_median_corrected_lift": float(np.median(frame.corrected_lift_tlm[standard & (frame.group == "clean")])),
+        "majority_inflation_clean": float((frame.majority - frame.majority_train)[standard & (frame.group == "clean")].mean()),
     }
-    # -- interval estimates the ledger decides on (tasks are the unit of replication)
+
+
+def finding_estimates(frame: pd.DataFrame, config: Config) -> dict:
+    """The interval estimates the ledger decides on (tasks are the unit of replication)."""
     R = config.bootstrap_resamples
+    standard = frame.type.isin(STANDARD_TYPES)
+    quartile = frame.type == "quartile"
+    clean, overlap = standard & (frame.group == "clean"), standard & (frame.group == "overlap")
     std_frame = frame[standard]
-    summary["estimates"] = {
-        "clean_lift": metrics.median_interval(clean_lifts, make_rng(config.seed, 2), resamples=R),
-        "contaminated_lift": metrics.median_interval(contaminated_lifts, make_rng(config.seed, 4), resamples=R),
+    return {
+        "clean_lift": metrics.median_interval(frame.lift_tlm[clean].to_numpy(), make_rng(config.seed, 2), resamples=R),
+        "contaminated_lift": metrics.median_interval(frame.lift_tlm[overlap].to_numpy(), make_rng(config.seed, 4), resamples=R),
         # controls: a learner fitted per task on the same clean tasks; the table-free model on the contaminated ones
-        "lr_clean_lift": metrics.median_interval(frame.lift_lr[standard & (frame.group == "clean")].to_numpy(),
-                                                 make_rng(config.seed, 10), resamples=R),
-        "base_contaminated_lift": metrics.median_interval(frame.lift_base[standard & (frame.group == "overlap")].to_numpy(),
-                                                          make_rng(config.seed, 11), resamples=R),
+        "lr_clean_lift": metrics.median_interval(frame.lift_lr[clean].to_numpy(), make_rng(config.seed, 10), resamples=R),
+        "base_contaminated_lift": metrics.median_interval(frame.lift_base[overlap].to_numpy(), make_rng(config.seed, 11), resamples=R),
+        # the near-zero test on the lift over the train split's majority (no selection on the test labels)
+        "clean_corrected_lift": metrics.median_interval(frame.corrected_lift_tlm[clean].to_numpy(),
+                                                        make_rng(config.seed, 16), resamples=R),
+        "lr_clean_corrected_lift": metrics.median_interval(frame.corrected_lift_lr[clean].to_numpy(),
+                                                           make_rng(config.seed, 17), resamples=R),
         "quartile_vs_standard": metrics.median_difference_estimate(
             frame.lift_tlm[quartile].to_numpy(), frame.lift_tlm[standard].to_numpy(), make_rng(config.seed, 3), resamples=R),
         "recovery_ratio": metrics.task_bootstrap(metrics.recovery_of_means, [std_frame.acc_base, std_frame.acc_tlm],
                                                  make_rng(config.seed, 6), resamples=R),
-        "lift_ratio": metrics.task_bootstrap(metrics.ratio_of_lifts, [std_frame.acc_base, std_frame.acc_tlm, std_frame.majority],
-                                             make_rng(config.seed, 7), resamples=R),
+        "lift_recovery_contrast": metrics.task_bootstrap(metrics.lift_recovery_contrast,
+                                                         [std_frame.acc_base, std_frame.acc_tlm, std_frame.majority],
+                                                         make_rng(config.seed, 7), resamples=R),
         "gap_closure": metrics.task_bootstrap(metrics.gap_closure_of_means,
                                               [frame.acc_base[quartile], frame.acc_base_q[quartile], frame.acc_tlm[quartile]],
                                               make_rng(config.seed, 8), resamples=R),
     }
-    # -- the same findings and detector checks restricted to tasks cut from real tables (sklearn, statsmodels)
+
+
+def real_table_summaries(frame: pd.DataFrame, near_rows: pd.DataFrame, rows: dict, n_test: list[int], config: Config,
+                         estimates: dict) -> dict:
+    """The findings and detector checks restricted to tasks cut from real tables (sklearn, statsmodels).
+
+    Adds the real-table interval estimates to ``estimates`` in place (None where fewer than two tasks).
+    """
+    R = config.bootstrap_resamples
+    standard = frame.type.isin(STANDARD_TYPES).to_numpy()
     real = (frame.origin == "real").to_numpy()
-    real_std = standard.to_numpy() & real
-    summary["real_tasks"] = int(real.sum())
-    summary["real_sources"] = sorted(set(frame.source[real]))
-    summary["real_clean_tasks"] = int((real_std & (frame.group == "clean").to_numpy()).sum())
-    summary["real_contaminated_tasks"] = int((real_std & (frame.group == "overlap").to_numpy()).sum())
+    real_std = standard & real
     real_rows = np.repeat(real, n_test)
     near_real = np.isin(near_rows.task.to_numpy(), frame.task[real].to_numpy())
-    summary["exact_recall_real"] = _mean(exact_flags[exact_truth & real_rows])
-    summary["exact_injected_rows_real"] = int((exact_truth & real_rows).sum())
-    summary["near_recall_real"] = _mean(near_flags[near_truth & near_real])
-    summary["near_false_positive_rate_real"] = _mean(near_flags[~near_truth & near_real])
-    summary["near_injected_rows_real"] = int((near_truth & near_real).sum())
-    summary["near_negative_rows_real"] = int((~near_truth & near_real).sum())
-    summary["leak_false_positive_rate_real"] = _mean(leak_flags[~leak_truth & real])
-    summary["leak_clean_tasks_real"] = int((~leak_truth & real).sum())
+    exact_flags, exact_truth = rows["exact_flags"], rows["exact_truth"]
+    near_flags, near_truth = rows["near_flags"], rows["near_truth"]
+    leak_flags, leak_truth = rows["leak_flags"], rows["leak_truth"]
+    out = {
+        "real_tasks": int(real.sum()),
+        "real_sources": sorted(set(frame.source[real])),
+        "real_clean_tasks": int((real_std & (frame.group == "clean").to_numpy()).sum()),
+        "real_contaminated_tasks": int((real_std & (frame.group == "overlap").to_numpy()).sum()),
+        "exact_recall_real": _mean(exact_flags[exact_truth & real_rows]),
+        "exact_injected_rows_real": int((exact_truth & real_rows).sum()),
+        "near_recall_real": _mean(near_flags[near_truth & near_real]),
+        "near_false_positive_rate_real": _mean(near_flags[~near_truth & near_real]),
+        "near_injected_rows_real": int((near_truth & near_real).sum()),
+        "near_negative_rows_real": int((~near_truth & near_real).sum()),
+        "leak_false_positive_rate_real": _mean(leak_flags[~leak_truth & real]),
+        "leak_clean_tasks_real": int((~leak_truth & real).sum()),
+    }
     for name, column, group, stream in (("clean_lift_real", "lift_tlm", "clean", 12), ("lr_clean_lift_real", "lift_lr", "clean", 13),
                                         ("contaminated_lift_real", "lift_tlm", "overlap", 14),
-                                        ("base_contaminated_lift_real", "lift_base", "overlap", 15)):
+                                        ("base_contaminated_lift_real", "lift_base", "overlap", 15),
+                                        ("clean_corrected_lift_real", "corrected_lift_tlm", "clean", 18),
+                                        ("lr_clean_corrected_lift_real", "corrected_lift_lr", "clean", 19)):
         values = frame[column][real_std & (frame.group == group).to_numpy()].to_numpy()
-        summary["estimates"][name] = (metrics.median_interval(values, make_rng(config.seed, stream), resamples=R)
-                                      if values.size >= 2 else None)
-    summary["test_rows"] = int(np.median(n_test))
-    summary["expected_chance_majority"] = metrics.expected_majority_accuracy(int(np.median(n_test)), 0.5)
-    summary["lift_base_standard"] = float(std_frame.lift_base.mean())
-    summary["lift_tlm_standard"] = float(std_frame.lift_tlm.mean())
-
-    # -- the detectors on perturbation families they were not designed for, beside a naive string match
-    robust = robustness.robustness_table(tasks, make_rng(config.seed, 9), round_digits=config.round_digits,
-                                         near_duplicate_tolerance=config.near_duplicate_tolerance)
-    naive_hits = _naive_exact_recall(tasks, asset["pool"], frame, n_test)
-    summary["naive_exact_recall"] = naive_hits
-    return Result(frame, near_rows, summary, asset["metrics"]["losses"], robust)
+        estimates[name] = (metrics.median_interval(values, make_rng(config.seed, stream), resamples=R)
+                           if values.size >= 2 else None)
+    return out
 
 
 def _naive_exact_recall(tasks, pool, frame, n_test) -> float:
