@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from compendium.papers import embguard as paper
+from compendium.papers.embguard import experiment as experiment_module
 from compendium.papers.embguard import model as model_module
 
 
@@ -155,6 +156,42 @@ def test_fpr_at_tpr_matches_brute_force():
         paper.fpr_at_tpr([], [0.1], 0.9)
 
 
+def test_auc_matches_pairwise_count():
+    rng = np.random.default_rng(10)
+    for _ in range(20):
+        pos = rng.integers(0, 6, size=int(rng.integers(1, 25))) / 6          # ties on purpose
+        neg = rng.integers(0, 6, size=int(rng.integers(1, 25))) / 6
+        brute = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (pos.size * neg.size)
+        assert experiment_module.auc(pos, neg) == pytest.approx(brute, abs=1e-12)
+    x = rng.random(50)
+    assert experiment_module.auc(x, x) == 0.5                               # identical scores: no discrimination
+    assert experiment_module.auc([0.9, 0.8], [0.1, 0.2]) == 1.0 and experiment_module.auc([0.1], [0.9]) == 0.0
+    with pytest.raises(ValueError):
+        experiment_module.auc([], [0.5])
+
+
+def test_exact_rate_difference_has_width_at_the_ends():
+    from compendium.stats import clopper_pearson
+
+    e = experiment_module.exact_rate_difference(200, 200, 0, 200, unit="test pairs")
+    cp = clopper_pearson(200, 200, level=0.975, unit="test pairs")
+    assert e.point == 1.0 and e.high == 1.0 and e.low == pytest.approx(cp.low - (1 - cp.low)) and 0.9 < e.low < 1.0
+    e = experiment_module.exact_rate_difference(3, 10, 3, 10, unit="x")
+    assert e.point == 0.0 and e.low < 0 < e.high and e.low == pytest.approx(-e.high)
+
+
+def test_every_model_bound_is_decided_by_the_worst_model():
+    # three models clear a floor of 0.5 by far, one does not: the check must fail on that one
+    est, k = experiment_module.every_model_bound([200, 200, 70, 200], 200, [0, 0, 0, 1], 200, side="low",
+                                                 threshold=0.5, what="model")
+    assert k == 2 and est.high < 0.5
+    est, k = experiment_module.every_model_bound([200, 199], 200, [0, 0], 200, side="low", threshold=0.5, what="model")
+    assert k == 1 and est.low > 0.5
+    # equivalence band: the seed pair with the largest absolute bound decides
+    est, k = experiment_module.every_model_bound([0, 6, 0], 200, [0, 0, 1], 200, side="abs", what="pair")
+    assert k == 1 and est.high > 0.05
+
+
 # ---------------------------------------------------------------- arms, the stacked network, a tiny run
 def test_arm_counts(spec):
     for arm, (fraction, _, selective) in paper.ARMS.items():
@@ -219,7 +256,12 @@ def test_tiny_run(spec, tmp_path, monkeypatch):
     assert m["premise"].n == 2 and 0 <= m["fpr_d"].point <= 1 and -1 <= m["dose"].point <= 1
     # the learned-model floor: (d)'s causal-risky TPR minus its absent-benign FPR (0 for a constant guard)
     floor = res.tpr["causal_risky"]["embguard"] - res.fpr["absent_benign"]["embguard"]
-    assert m["floor"].n == 2 and np.isclose(m["floor"].point, floor.mean())
+    assert m["floor_t"].n == 2 and np.isclose(m["floor_t"].point, floor.mean())
+    assert m["floor"].point == pytest.approx(floor[m["floor_model"]]) and m["floor"].low < m["floor"].high
+    # the scene-only discriminability control: one AUC per trained model, TOST over them
+    assert all(v.shape == (2,) and ((0 <= v) & (v <= 1)).all() for v in res.auc.values())
+    assert m["scene_auc"].margin == 0.1 and m["scene_auc"].estimate.n == 2
+    assert np.isclose(m["scene_auc"].estimate.point, res.auc["scene_only"].mean() - 0.5)
     assert all(v == 0 for k, v in res.checks.items() if k != "samples")
     with pytest.raises(ValueError):
         paper.Config(test_per_condition=1)

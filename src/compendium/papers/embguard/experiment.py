@@ -92,6 +92,7 @@ class Result:
     malformed_accuracy: float = float("nan")
     fpr_at_tpr_gap: float = float("nan")
     examples: dict = field(default_factory=dict)
+    auc: dict = field(default_factory=dict)                # arm -> (K,) AUC, causal risky vs decoupled benign
 
 
 def run(config: Config, net: StackedGuardNet, meta: dict, spec: Spec | None = None) -> Result:
@@ -125,6 +126,8 @@ def run(config: Config, net: StackedGuardNet, meta: dict, spec: Spec | None = No
         res.matched_fpr[a] = np.array([guard.fpr_at_tpr(preds["causal_risky"]["p_unsafe"][i],
                                                         preds["decoupled_benign"]["p_unsafe"][i], config.matched_tpr)[0]
                                        for i in idx])
+        res.auc[a] = np.array([auc(preds["causal_risky"]["p_unsafe"][i], preds["decoupled_benign"]["p_unsafe"][i])
+                               for i in idx])
     # fpr_at_tpr against the brute-force sweep, on the first EMBGuard model's scores
     m0 = arms["embguard"][0]
     p, n = preds["causal_risky"]["p_unsafe"][m0], preds["decoupled_benign"]["p_unsafe"][m0]
@@ -149,6 +152,50 @@ def run(config: Config, net: StackedGuardNet, meta: dict, spec: Spec | None = No
     return res
 
 
+def auc(positive, negative) -> float:
+    """Area under the ROC curve of scores ``positive`` (risky) against ``negative`` (benign): the
+    chance that a random positive scores above a random negative, ties counted one half
+    (Mann-Whitney, from average ranks)."""
+    pos, neg = np.asarray(positive, float).ravel(), np.asarray(negative, float).ravel()
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError("auc needs at least one positive and one negative score")
+    values = np.concatenate([pos, neg])
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    ranks = (ends - (counts - 1) / 2.0)[inverse]                    # average rank of each tie group, from 1
+    return float((ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
+
+
+def exact_rate_difference(hits_a: int, n_a: int, hits_b: int, n_b: int, *, unit: str) -> Estimate:
+    """Rate a minus rate b of one trained model, with an exact interval: the ends of two
+    Clopper-Pearson 97.5 % intervals, so the difference's interval covers at least 95 % (Bonferroni,
+    whatever the dependence between the two rates). It has width even when both rates sit at 0 or 1."""
+    from compendium.stats import clopper_pearson    # imported here: the module level stays as the asset's fingerprint saw it
+
+    a = clopper_pearson(int(hits_a), int(n_a), level=0.975, unit=unit)
+    b = clopper_pearson(int(hits_b), int(n_b), level=0.975, unit=unit)
+    return Estimate(a.point - b.point, a.low - b.high, a.high - b.low, 0.95, unit, int(n_a) + int(n_b),
+                    "difference of two Clopper-Pearson 97.5 % intervals (Bonferroni)")
+
+
+def every_model_bound(hits_a, n_a: int, hits_b, n_b: int, *, side: str, threshold: float | None = None,
+                      what: str) -> tuple[Estimate, int]:
+    """The deciding trained model of an "every trained model clears the bar" check on rate a minus
+    rate b (one :func:`exact_rate_difference` per model; :func:`compendium.stats.deciding_estimate`
+    picks the model whose interval decides the conjunction). Returns its estimate and its index.
+
+    Passing every model's exact interval is an intersection-union test: it needs no multiplicity
+    correction, and a zero-width t interval over models (all at a ceiling) does not arise."""
+    from compendium.stats import deciding_estimate
+
+    per = [exact_rate_difference(x, n_a, y, n_b, unit=f"test pairs of {what} {k}")
+           for k, (x, y) in enumerate(zip(np.asarray(hits_a).tolist(), np.asarray(hits_b).tolist()))]
+    k = deciding_estimate(per, side=side, threshold=threshold)
+    e = per[k]
+    return Estimate(e.point, e.low, e.high, e.level, e.unit, e.n,
+                    f"{e.method}; the deciding one of {len(per)} {what}s, each of which must clear the bar"), int(k)
+
+
 def json_fields(text: str) -> tuple:
     import json
 
@@ -163,13 +210,32 @@ def measurements(res: Result) -> dict:
     unit = "trained models (training seeds)"
     dec, ab = res.fpr["decoupled_benign"], res.fpr["absent_benign"]
     # learned-model floor: a constant guard ("always safe" or "always unsafe") has TPR - FPR = 0
-    out["floor"] = paired_difference(res.tpr["causal_risky"]["embguard"], ab["embguard"], unit=unit)
+    # learned-model floor: a constant guard ("always safe" or "always unsafe") has TPR - FPR = 0. Every
+    # trained model must clear it by an exact bound on its own test pairs (TPR and FPR are often exactly
+    # 1 and 0, where a t interval over models has zero width and cannot decide)
+    n_causal = int(res.tests["causal_risky"].label.sum())
+    n_absent = int((~res.tests["absent_benign"].label).sum())
+    hits = {a: np.rint(res.tpr["causal_risky"][a] * n_causal).astype(int) for a in res.tpr["causal_risky"]}
+    false = {a: np.rint(ab[a] * n_absent).astype(int) for a in ab}
+    out["floor"], out["floor_model"] = every_model_bound(hits["embguard"], n_causal, false["embguard"], n_absent,
+                                                         side="low", threshold=0.5, what="trained model (seed)")
+    out["floor_t"] = paired_difference(res.tpr["causal_risky"]["embguard"], ab["embguard"], unit=unit)
     out["premise"] = mean_interval(dec["no_decoupled"], unit=unit)
     out["fpr_d"] = mean_interval(dec["embguard"], unit=unit)
     out["halved"] = paired_difference(dec["embguard"], 0.5 * dec["no_decoupled"], unit=unit)
     out["scene_only"] = mean_interval(dec["scene_only"], unit=unit)
     out["rule"] = res.rule_fpr["decoupled_benign"]
-    out["absent_gap"] = paired_difference(ab["embguard"], ab["no_decoupled"], unit=unit)
+    # absent benign: (d) and (b) flag alike, every seed pair by exact bounds (a sanity check: no arm flags these)
+    out["absent_gap"], _ = every_model_bound(false["embguard"], n_absent, false["no_decoupled"], n_absent,
+                                             side="abs", what="seed pair (d, b)")
+    out["absent_max"] = max(float(v.max()) for v in ab.values())
+    # the scene-only arm's discriminability of risky pairs and their decoupled-benign twins (the same scenes):
+    # AUC - 0.5 equivalent to 0 within +-0.1, TOST over its 5 trained models
+    from compendium.stats import tost
+
+    out["scene_auc"] = tost(res.auc["scene_only"] - 0.5, margin=0.1, level=0.95, unit=unit)
+    out["auc_d"] = mean_interval(res.auc["embguard"], unit=unit)
+    out["auc_b"] = mean_interval(res.auc["no_decoupled"], unit=unit)
     d, b = res.matched_fpr["embguard"], res.matched_fpr["no_decoupled"]
     out["matched_wins"] = int(np.sum(d < b))
     out["matched_gap"] = paired_difference(d, b, unit=unit)
