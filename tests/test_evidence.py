@@ -417,3 +417,29 @@ def test_every_record_agrees_with_the_full_block_of_expected_verdicts():
             actual[folder.name] = record["claims"]["claims"]
     assert expected, "expected_verdicts.yaml has no full block"
     assert compare_verdicts(expected, actual) == []
+
+
+@pytest.mark.e2e
+def test_verdicts_write_sets_the_full_block_from_the_records(proj):
+    """``compendium verdicts --scale full --write`` writes a record's verdicts into the full block, keeps a
+    fragile entry's reason, drops a row no longer checked, leaves other chapters alone, and refuses a
+    chapter with no record or a sweep that was not run."""
+    assert _record(proj, "--only", "demo_mean").returncode == 0
+    rows = json.loads((proj / "evidence" / "full" / "demo_mean" / "record.json").read_text())["claims"]["claims"]
+    verdicts = {r["id"]: r["verdict"] for r in rows if not r.get("volatile")}
+    first = next(iter(verdicts))
+    path = proj / "workflow" / "config" / "expected_verdicts.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["full"]["demo_mean"] = {first: {"verdict": "fail", "fragile": "flips at 1 of 4"}, "gone": "pass"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = compendium(proj, "verdicts", "--scale", "full", "--write", "--only", "demo_mean", check=True).stdout
+    written = yaml.safe_load(path.read_text())["full"]
+    assert written["demo_mean"] == {**verdicts, first: {"verdict": verdicts[first], "fragile": "flips at 1 of 4"}}
+    assert "demo_mean/gone: dropped (no longer checked)" in out
+    assert {k: v for k, v in written.items() if k != "demo_mean"} == {
+        k: v for k, v in data["full"].items() if k != "demo_mean"}
+    proc = compendium(proj, "verdicts", "--scale", "full", "--write", "--only", "demo_variance")
+    assert proc.returncode != 0 and "no valid full-scale record" in proc.stderr, proc.stderr
+    proc = compendium(proj, "verdicts", "--scale", "full", "--write", "--only", "demo_mean", "--sweep", "2")
+    assert proc.returncode != 0 and "seed sweep is incomplete" in proc.stderr, proc.stderr
+    assert yaml.safe_load(path.read_text())["full"] == written  # refusals write nothing

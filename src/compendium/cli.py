@@ -5,7 +5,7 @@
                         [--set slug.key=value ...] [--no-keep-going] [--dry-run] [-- SNAKEMAKE ARGS]
     compendium execute SLUG [--scale S] [--set KEY=VALUE ...]
     compendium asset NAME [--scale S]
-    compendium verdicts [--scale S] [--compare]
+    compendium verdicts [--scale S] [--compare | --write [--only SLUG ...] [--sweep K]]
     compendium status   [--scale S]
     compendium record   [--scale full] [--only SLUG ...] [--current]
     compendium new SLUG
@@ -609,6 +609,8 @@ def cmd_verdicts(args) -> int:
     import yaml
 
     plan = _plan(args)
+    if args.write:
+        return _write_verdicts(plan, args)
     actual, invalid = _verified_claims(plan)
     for line in invalid:
         print(f"compendium: {line}", file=sys.stderr)
@@ -634,6 +636,63 @@ def cmd_verdicts(args) -> int:
     print(f"{len(actual)} chapter(s) compared with {paths.EXPECTED_VERDICTS.name} ({plan.scale}): "
           f"{compared} decisive verdict(s), {len(problems)} difference(s)")
     return 1 if problems or invalid else 0
+
+
+def _write_verdicts(plan: Plan, args) -> int:
+    """``compendium verdicts --write``: set the chapters' entries of the scale's block in
+    expected_verdicts.yaml. At full scale they are the records' verdicts (``evidence/full/``, the
+    results of record), otherwise the last verified run's. A fragile entry keeps its reason; with
+    ``--sweep K`` the rows that flipped in the chapter's last seed sweep of K further seeds
+    (``compendium execute SLUG --seeds K``) become fragile, refused when the sweep's own run is not
+    the one being written (a sweep of other code)."""
+    import datetime
+
+    from . import evidence, stability
+    from .expected import sweep_flips, updated_block, write_block
+
+    if plan.scale == "full":
+        slugs = args.only or sorted(p.name for p in (paths.ROOT / "evidence" / "full").iterdir() if p.is_dir())
+        source = {}
+        for slug in slugs:
+            record, problem = evidence.load_record(slug, "full")
+            if record is None:
+                raise RegistryError(f"chapter {slug!r}: no valid full-scale record ({problem or 'none'}): "
+                                    f"`compendium record --scale full --only {slug}` first")
+            source[slug] = record["claims"]["claims"]
+    else:
+        actual, invalid = _verified_claims(plan)
+        slugs = args.only or sorted(actual)
+        missing = [s for s in slugs if s not in actual]
+        if missing or invalid:
+            raise RegistryError("no verified run of " + ", ".join(missing or [i.split(":")[0] for i in invalid])
+                                + f" at scale {plan.scale!r}: `compendium build --scale {plan.scale}` first")
+        source = {s: actual[s] for s in slugs}
+    import yaml
+
+    data = yaml.safe_load(paths.EXPECTED_VERDICTS.read_text(encoding="utf-8")) or {}
+    old = data.get(plan.scale) or {}
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    chapters = {}
+    for slug in slugs:
+        flips = {}
+        if args.sweep:
+            variants = stability.seed_variants(slug, plan.params[slug]["seed"], args.sweep)
+            sweep = stability.aggregate(plan, variants)["chapters"][slug]
+            own = {c["id"]: c["verdict"] for c in source[slug] if not c.get("volatile")}
+            if sweep["failed"] or len(sweep["seeds"]) != args.sweep:
+                raise RegistryError(f"chapter {slug!r}: the seed sweep is incomplete ({', '.join(sweep['failed'])}): "
+                                    f"`compendium execute {slug} --scale {plan.scale} --seeds {args.sweep}` first")
+            if {cid: row["recorded"] for cid, row in sweep["claims"].items()} != own:
+                raise RegistryError(f"chapter {slug!r}: the seed sweep's own run is not the one being written "
+                                    f"(its verdicts differ): rerun the sweep")
+            flips = sweep_flips(sweep, plan.scale, today)
+        chapters[slug], changes = updated_block(old.get(slug) or {}, source[slug], flips)
+        for line in changes:
+            print(f"{slug}/{line}")
+        print(f"{slug}: {len(chapters[slug])} entries, {len(changes)} change(s)")
+    write_block(plan.scale, chapters)
+    print(f"wrote the {plan.scale} block of {paths.EXPECTED_VERDICTS.relative_to(paths.ROOT)}")
+    return 0
 
 
 def cmd_new(args) -> int:
@@ -752,6 +811,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="compare them with workflow/config/expected_verdicts.yaml instead (exit 1 on a decisive "
                         "difference; fragile ones are listed); e.g. after a build on another machine")
+    p.add_argument("--write", action="store_true",
+                   help="write them into the scale's block of expected_verdicts.yaml instead (at full scale, the "
+                        "records' verdicts); fragile entries keep their reason")
+    p.add_argument("--only", nargs="+", metavar="SLUG", help="with --write: only these chapters")
+    p.add_argument("--sweep", type=_positive_int, metavar="K", default=0,
+                   help="with --write: mark as fragile the rows that flipped in the chapter's seed sweep of K "
+                        "further seeds (compendium execute SLUG --seeds K)")
     p.set_defaults(func=cmd_verdicts)
 
     p = sub.add_parser("audit", help="check the ledger rules (gates, primary, ids) over every claims.json of a scale")

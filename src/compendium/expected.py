@@ -97,3 +97,91 @@ def fragile_claims(scale: str) -> dict[tuple[str, str], str]:
     """``{(slug, claim_id): reason}`` of the entries recorded as fragile."""
     return {(slug, cid): e.fragile for slug, claims in load_expected(scale).items()
             for cid, e in claims.items() if e.fragile}
+
+
+def updated_block(old: dict, rows: list[dict], flips: dict[str, str] | None = None) -> tuple[dict, list[str]]:
+    """The entries of one chapter after a new record (or run): ``(entries, changes)``.
+
+    ``old`` is the chapter's current entries as written in the file (a verdict or
+    ``{verdict, fragile}``), ``rows`` the new ``claims.json`` rows, ``flips`` the reasons of the rows
+    that flipped in a seed sweep of this same run. A row keeps its fragile reason when it had one
+    (its verdict is updated); a row with a flip becomes fragile with the sweep's reason; every other
+    row gets its plain verdict. Volatile rows are left out. ``changes`` says what moved, one line each.
+    """
+    flips = flips or {}
+    out, changes = {}, []
+    for row in rows:
+        if row.get("volatile"):
+            continue
+        cid, verdict = row["id"], row["verdict"]
+        before = old.get(cid)
+        was = before["verdict"] if isinstance(before, dict) else before
+        reason = flips.get(cid) or (before.get("fragile") if isinstance(before, dict) else None)
+        out[cid] = {"verdict": verdict, "fragile": reason} if reason else verdict
+        if before is None:
+            changes.append(f"{cid}: new, {verdict}" + (" (fragile)" if reason else ""))
+        elif was != verdict:
+            changes.append(f"{cid}: {was} -> {verdict}" + (" (fragile)" if reason else ""))
+        if cid in flips and not (isinstance(before, dict) and before.get("fragile") == flips[cid]):
+            changes.append(f"{cid}: marked fragile: {flips[cid]}")
+    changes += [f"{cid}: dropped (no longer checked)" for cid in old if cid not in out]
+    return out, changes
+
+
+def sweep_flips(sweep: dict, scale: str, date: str) -> dict[str, str]:
+    """``{claim_id: reason}`` for the rows of one chapter's seed sweep (``stability.aggregate``'s entry
+    for it) whose verdict differs at some further seed from the chapter's own run."""
+    out = {}
+    for cid, row in sweep["claims"].items():
+        flipped = {s: v for s, v in row["verdicts"].items() if v != row["recorded"]}
+        if not flipped:
+            continue
+        by: dict[str, list[str]] = {}
+        for s, v in flipped.items():
+            by.setdefault(v, []).append(s)
+        seen = ", ".join(str(s) for s in sweep["seeds"])
+        desc = "; ".join(f"{v} at seed{'s' if len(ss) > 1 else ''} {', '.join(ss)}" for v, ss in by.items())
+        out[cid] = (f"flips at {len(flipped)} of {row['total']} further seeds ({scale} seed sweep {date}, "
+                    f"seeds {seen} against the recorded seed {sweep['recorded_seed']}): {desc}")
+    return out
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes a fragile entry on one line, ``id: {verdict: V, fragile: "why"}``, as in the file."""
+
+
+def _represent_dict(dumper, data):
+    if set(data) != {"verdict", "fragile"}:
+        return dumper.represent_mapping("tag:yaml.org,2002:map", data.items())
+    pairs = [(dumper.represent_str("verdict"), dumper.represent_str(data["verdict"])),
+             (dumper.represent_str("fragile"), dumper.represent_scalar("tag:yaml.org,2002:str", data["fragile"], style='"'))]
+    return yaml.MappingNode("tag:yaml.org,2002:map", pairs, flow_style=True)
+
+
+_Dumper.add_representer(dict, _represent_dict)
+
+
+def write_block(scale: str, chapters: dict[str, dict], path: str | Path | None = None) -> None:
+    """Replace the entries of ``chapters`` in the ``scale:`` block of the file, keeping its other
+    chapters, the other blocks and the comments above them. The block is rewritten in order of the
+    file (new chapters last), one entry per line."""
+    path = Path(path or paths.EXPECTED_VERDICTS)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == f"{scale}:"), None)
+    if start is None:
+        lines += ["\n" if lines and not lines[-1].endswith("\n") else "", f"{scale}:\n"]
+        start, end = len(lines) - 1, len(lines)
+    else:
+        end = next((i for i in range(start + 1, len(lines))
+                    if lines[i].strip() and not lines[i].startswith((" ", "#"))), len(lines))
+    block = (yaml.safe_load("".join(lines[start:end])) or {}).get(scale) or {}
+    block.update(chapters)
+    text = yaml.dump({scale: block}, Dumper=_Dumper, sort_keys=False, width=10000, allow_unicode=True)
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text("".join(lines[:start]) + text + "".join(lines[end:]), encoding="utf-8")
+    try:
+        load_expected(scale, tmp)  # refuse to write a file that does not parse
+    except Exception:
+        tmp.unlink()
+        raise
+    tmp.replace(path)
