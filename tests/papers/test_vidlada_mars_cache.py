@@ -119,6 +119,29 @@ def test_flop_ratio_at_trained_and_issue_config():
     assert not ratios(swapped)["same_choice_at_issue"]
 
 
+def test_flop_pairs_match_the_masks():
+    # the attention pairs policy_flops charges for one MARS pass equal the allowed entries of
+    # the frame-chunk mask plus the anchors a query also sees in its own frame (counted twice:
+    # P per anchor), so the MARS cost is never under-counted; a pass without a cache is T x T
+    frames, patches, L, d, layers = 8, 4, 4, 64, 2
+    V, n_text = frames * patches, M.PROMPT_LEN + L
+    T = V + n_text
+
+    def pairs(pol):
+        f = paper.policy_flops(pol, frames, patches, L, 1, d, layers)
+        return (f - layers * 24 * d * d * T - 2 * d * M.VOCAB * L) // (4 * d * layers)
+
+    assert pairs(paper.CachePolicy("none")) == T * T
+    none = torch.zeros(V, dtype=torch.bool)
+    assert pairs(paper.CachePolicy("mars", 8, 0)) == int(paper.frame_chunk_mask(frames, patches, n_text, none).sum())
+    rng = np.random.default_rng(0)
+    for A in (1, 8, 20):
+        anchors = torch.zeros(V, dtype=torch.bool)
+        anchors[rng.choice(V, A, replace=False)] = True
+        allowed = int(paper.frame_chunk_mask(frames, patches, n_text, anchors).sum())
+        assert pairs(paper.CachePolicy("mars", 8, A)) == allowed + patches * A
+
+
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError):
         paper.Config(model_seeds=0)
