@@ -82,6 +82,66 @@ def test_flops_model():
                                   {"flops": 2, "period": 2, "anchors": 8, "dev_agreement": 0.99}], 0.98)["flops"] == 2
 
 
+def test_flop_ratio_at_trained_and_issue_config():
+    from types import SimpleNamespace
+    s, cfg = paper.settings_for("full"), paper.Config()
+
+    def flops(pol, issue):
+        if issue:
+            return paper.policy_flops(pol, cfg.flop_frames, cfg.flop_patches, cfg.flop_answer_len,
+                                      cfg.flop_answer_len, cfg.flop_d, cfg.flop_layers)
+        return paper.policy_flops(pol, s.frames, s.patches, s.answer_len, s.answer_len, s.d, s.layers)
+
+    # hand count at the trained configuration, MARS (R_v, A) = (8, 0): one chunked first pass
+    # (a visual query sees its frame and the text), then three passes over the text only
+    V, n_text, d, L = 32, 7, 64, 2
+    T = V + n_text
+    first = L * (24 * d * d * T + 4 * d * (V * (4 + n_text) + n_text * T)) + 2 * d * M.VOCAB * 4
+    later = L * (24 * d * d * n_text + 4 * d * n_text * T) + 2 * d * M.VOCAB * 4
+    assert flops(paper.CachePolicy("mars", 8, 0), False) == first + 3 * later
+    grid = [{"period": R, "anchors": A, "dev_agreement": 0.99 if A else 0.9,
+             "flops": flops(paper.CachePolicy("mars", R, A), False),
+             "issue_flops": flops(paper.CachePolicy("mars", R, A), True)}
+            for R in (2, 4, 8) for A in (0, 8, 32)]
+    none = paper.CachePolicy("none")
+
+    def ratios(g):
+        r = SimpleNamespace(config=cfg, grids={"mars": g}, chosen={"mars": paper.choose_cheapest(g, 0.98)},
+                            flops_none_toy=flops(none, False), flops_none_full=flops(none, True))
+        return paper.flop_ratios(r)["mars"]
+
+    out = ratios(grid)
+    assert (out["trained"], out["issue"]) == (pytest.approx(flops(none, False) / flops(paper.CachePolicy("mars", 8, 8), False)),
+                                              pytest.approx(flops(none, True) / flops(paper.CachePolicy("mars", 8, 8), True)))
+    assert out["trained"] < 5.0 < out["issue"]     # the issue's 5x holds only in the extrapolation
+    assert out["same_choice_at_issue"]
+    swapped = [dict(g, issue_flops=-g["issue_flops"]) for g in grid]   # reversed ranking at the issue config
+    assert not ratios(swapped)["same_choice_at_issue"]
+
+
+def test_flop_pairs_match_the_masks():
+    # the attention pairs policy_flops charges for one MARS pass equal the allowed entries of
+    # the frame-chunk mask plus the anchors a query also sees in its own frame (counted twice:
+    # P per anchor), so the MARS cost is never under-counted; a pass without a cache is T x T
+    frames, patches, L, d, layers = 8, 4, 4, 64, 2
+    V, n_text = frames * patches, M.PROMPT_LEN + L
+    T = V + n_text
+
+    def pairs(pol):
+        f = paper.policy_flops(pol, frames, patches, L, 1, d, layers)
+        return (f - layers * 24 * d * d * T - 2 * d * M.VOCAB * L) // (4 * d * layers)
+
+    assert pairs(paper.CachePolicy("none")) == T * T
+    none = torch.zeros(V, dtype=torch.bool)
+    assert pairs(paper.CachePolicy("mars", 8, 0)) == int(paper.frame_chunk_mask(frames, patches, n_text, none).sum())
+    rng = np.random.default_rng(0)
+    for A in (1, 8, 20):
+        anchors = torch.zeros(V, dtype=torch.bool)
+        anchors[rng.choice(V, A, replace=False)] = True
+        allowed = int(paper.frame_chunk_mask(frames, patches, n_text, anchors).sum())
+        assert pairs(paper.CachePolicy("mars", 8, A)) == allowed + patches * A
+
+
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError):
         paper.Config(model_seeds=0)

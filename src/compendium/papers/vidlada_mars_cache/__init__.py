@@ -44,15 +44,17 @@ Small-scale deviations:
   whole answer is recomputed every step (its most accurate setting);
 * models are d = 64, 2 layers, trained for 160 (smoke) or 1400 (full) steps on 6 or 8 frames of 4
   patches (not d = 128 x 4 layers on 32 x 16: a training step at d = 128 x 4 layers costs about
-  five times as much CPU on the full task, see the chapter's Limits); the FLOP ratio, which is arithmetic, is evaluated at the
-  issue's full configuration (32 frames x 16 patches, d = 128, 4 layers, steps = answer = 4)
-  and labelled a model; the cache decisions (R_v, A) are made by dev agreement on the toy;
+  five times as much CPU on the full task, see the chapter's Limits); the FLOP ratio, which is
+  arithmetic, decides ``mars-flop-ratio`` at the trained configuration, where the cache settings
+  (R_v, A) were chosen by dev agreement; the same formula at the issue's configuration (32 frames
+  x 16 patches, d = 128, 4 layers, steps = answer = 4) is an extrapolation, reported beside it
+  and recorded as not checkable (no model of that size is trained here);
 * intervals are t intervals over trained models (3 at smoke, 5 at full); the issue's bootstrap
   over 3 seeds would undercover.
 """
 
 from .experiment import (BASELINE_QUESTIONS, AssetSettings, Config, Result, build_asset, cache_exactness, choose_cheapest,
-                         estimates, fit_type_majority, flop_ratio_curve, hand_loss_error, load_models, mask_rate_checks,
+                         estimates, fit_type_majority, flop_ratio_curve, flop_ratios, hand_loss_error, load_models, mask_rate_checks,
                          type_majority_answers, run, settings_for, tercile_spread, train_model, visibility_check,
                          chunk_all_anchors_is_full)
 from .model import (CachePolicy, VideoLM, ar_generate, bidirectional_mask, causal_mask, frame_chunk_mask,

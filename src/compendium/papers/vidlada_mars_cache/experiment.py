@@ -247,8 +247,8 @@ class Result:
     test: dict                         # kind -> {"acc": [seeds], "agree": [seeds]}
     control_acc: np.ndarray            # MARS fed another video's visual cache
     baseline_acc: float                # video-blind majority answer per question type, on the test questions
-    flops_none_full: int
-    flops_none_toy: int
+    flops_none_full: int               # no cache, at the issue's configuration (extrapolated)
+    flops_none_toy: int                # no cache, at the trained configuration
     seconds: dict = field(default_factory=dict)
     estimates: dict = field(default_factory=dict)
 
@@ -261,11 +261,13 @@ def _grid(cfg: Config, s: AssetSettings, models, dev, ref_dev):
         pol = CachePolicy(kind, R, A)
         agree = np.mean([(mdm_generate(m, dev, pol)[0] == r).all(1).float().mean().item()
                          for m, r in zip(models, ref_dev)])
-        flops = policy_flops(pol, cfg.flop_frames, cfg.flop_patches, cfg.flop_answer_len,
+        # "flops": the trained configuration (ranks the settings, decides mars-flop-ratio);
+        # "issue_flops": the same formula at the issue's untrained configuration (reported only)
+        flops = policy_flops(pol, s.frames, s.patches, s.answer_len, s.answer_len, s.d, s.layers)
+        issue = policy_flops(pol, cfg.flop_frames, cfg.flop_patches, cfg.flop_answer_len,
                              cfg.flop_answer_len, cfg.flop_d, cfg.flop_layers)
-        toy = policy_flops(pol, s.frames, s.patches, s.answer_len, s.answer_len, s.d, s.layers)
         grids[kind].append({"period": R, "anchors": A, "dev_agreement": float(agree),
-                            "flops": flops, "toy_flops": toy})
+                            "flops": flops, "issue_flops": issue})
     return grids
 
 
@@ -338,6 +340,21 @@ def estimates(r: Result) -> dict:
         "mdm_over_floor_points": stats.mean_interval(100 * (r.mdm_acc - r.baseline_acc), unit=u),
         "ar_over_floor_points": stats.mean_interval(100 * (r.ar_acc - r.baseline_acc), unit=u),
     }
+
+
+def flop_ratios(r: Result) -> dict:
+    """Per chosen cache: analytic FLOPs no cache / cache at the trained configuration (the asset's
+    frames x patches, d, layers, steps = answer length; this decides ``mars-flop-ratio``) and at the
+    issue's configuration (``Config.flop_*``: the formula extrapolated to a model size never
+    trained, with the setting chosen on the toy). ``same_choice_at_issue`` says whether ranking
+    the grid by the issue configuration's FLOPs would pick the same setting."""
+    out = {}
+    for kind, c in r.chosen.items():
+        at_issue = choose_cheapest([dict(g, flops=g["issue_flops"]) for g in r.grids[kind]],
+                                   r.config.agreement_target)
+        out[kind] = {"trained": r.flops_none_toy / c["flops"], "issue": r.flops_none_full / c["issue_flops"],
+                     "same_choice_at_issue": (at_issue["period"], at_issue["anchors"]) == (c["period"], c["anchors"])}
+    return out
 
 
 def flop_ratio_curve(policy: CachePolicy, frames, answer_lens, patches: int, d: int, layers: int) -> np.ndarray:
