@@ -5,6 +5,7 @@ import pytest
 import sympy
 import torch
 
+from compendium.claims import at_least, at_most
 from compendium.papers import zeroth_order_detox as paper
 from compendium.papers.zeroth_order_detox import toy, zo
 
@@ -165,9 +166,6 @@ def test_compute_accounting():
 # ------------------------------------------------------------------------------- statistics
 def test_measure_helpers():
     rng = np.random.default_rng(12)
-    base = rng.uniform(0.5, 1.0, 200)
-    est = paper.relative_reduction(0.6 * base, base, rng=0)
-    assert est.point == pytest.approx(0.4) and est.low <= 0.4 <= est.high
     q = np.array([4, 16, 64])
     C = np.sqrt(q / 512)[None] * rng.uniform(0.8, 1.2, (100, 1)) + rng.normal(0, 0.01, (100, 3))
     slope = paper.cosine_slope(q, C, rng=0)
@@ -175,8 +173,62 @@ def test_measure_helpers():
     assert paper.dominated(0.5, 1.0, 0.4, 0.9) and not paper.dominated(0.5, 1.0, 0.4, 1.1)
     tokens = np.array([[[1, 2, 3], [1, 2, 4]]])                                   # bigrams 12,23,12,24 -> 3 of 4
     assert paper.distinct_n(tokens, 2)[0] == pytest.approx(0.75)
+
+
+def test_crossed_bootstrap_resamples_both_ways():
+    rng = np.random.default_rng(20)
+    X = rng.normal(size=(3, 7))
+    wl, wp = paper.crossed_weights(3, 7, rng=0, resamples=50)
+    assert wl.shape == (50, 3) and wp.shape == (50, 7)
+    assert (wl.sum(1) == 3).all() and (wp.sum(1) == 7).all()
+    # one replicate by explicit index draws: the mean of the cells (i*, j*) over the crossed draws
+    i = np.repeat(np.arange(3), wl[4].astype(int))
+    j = np.repeat(np.arange(7), wp[4].astype(int))
+    assert paper.crossed_means(X, (wl, wp))[4] == pytest.approx(X[np.ix_(i, j)].mean())
+    base = rng.uniform(0.5, 1.0, (3, 40))
+    w = paper.crossed_weights(3, 40, rng=1)
+    est = paper.reduction(0.6 * base, base, weights=w)
+    assert est.point == pytest.approx(0.4) and est.low == pytest.approx(0.4) and est.high == pytest.approx(0.4)
+    assert est.n == 3 and "crossed" in est.method
     with pytest.raises(ValueError):
-        paper.relative_reduction(base[:5], base, rng=0)
+        paper.reduction(base[:, :5], base, weights=w)
+    with pytest.raises(ValueError):
+        paper.crossed_means(base[:, :5], w)
+
+
+def test_crossed_bootstrap_covers_the_lm_effect():
+    """With a between-LM effect, a prompt-only bootstrap undercovers; the crossed one does not."""
+    rng = np.random.default_rng(21)
+    hit_crossed = hit_prompts = 0
+    sims, M, P = 150, 8, 30
+    for s in range(sims):
+        X = rng.normal(0, 1.0, (M, 1)) + rng.normal(0, 1.0, (1, P)) + rng.normal(0, 0.5, (M, P))
+        wl, wp = paper.crossed_weights(M, P, rng=s, resamples=400)
+        a = paper.crossed_bootstrap((X,), lambda x: x, weights=(wl, wp))
+        b = paper.crossed_bootstrap((X,), lambda x: x, weights=(np.ones_like(wl), wp))   # LMs held fixed
+        hit_crossed += a.low <= 0.0 <= a.high
+        hit_prompts += b.low <= 0.0 <= b.high
+    assert hit_crossed / sims >= 0.85 and hit_prompts / sims <= 0.75
+
+
+def test_dominance_decided_on_intervals():
+    rng = np.random.default_rng(22)
+    M, P = 2, 30
+    w = paper.crossed_weights(M, P, rng=3)
+    base = {"emt": rng.uniform(0.3, 0.7, (M, P)), "logppl": rng.uniform(2.0, 3.0, (M, P))}
+    noise = lambda: rng.normal(0, 0.05, (M, P))  # noqa: E731
+    worse = {"emt": base["emt"] + 0.2 + noise(), "logppl": base["logppl"] - 0.3 + noise()}
+    better = {"emt": base["emt"] - 0.2 + noise(), "logppl": base["logppl"] - 0.3 + noise()}
+    same = {"emt": base["emt"] + noise(), "logppl": base["logppl"] + noise()}
+    assert paper.dominance(base, worse, weights=w)["state"] == "not dominated"
+    assert paper.dominance(base, better, weights=w)["state"] == "dominated"
+    assert paper.dominance(base, same, weights=w)["state"] == "undecided"
+    states = [{"state": "not dominated", "point_dominated": False}] * 4 + [{"state": "undecided", "point_dominated": True}] * 2 \
+        + [{"state": "dominated", "point_dominated": True}] * 3
+    est = paper.count_not_dominated(states)
+    assert (est.point, est.low, est.high, est.n) == (4, 4, 6, 9)
+    assert at_least(5).decide(est) == "inconclusive" and at_most(4).decide(est) == "inconclusive"
+    assert at_least(7).decide(est) == "fail" and at_least(4).decide(est) == "pass"
 
 
 # ---------------------------------------------------------------------------- models, runs
@@ -227,3 +279,6 @@ def test_tiny_run_is_deterministic(tiny_models):
     assert {"reduction", "zo_minus_random", "cos_positive", "cos_slope", "zo_not_dominated"} <= set(m)
     assert r1.checks["generation_equal"] and r1.checks["sym_norm_law"] == 0
     assert len(paper.table(r1)) == 2 + 3 * len(config.budgets) + len(config.step_values)
+    rows = paper.table(r1, weights=m["weights"])
+    assert all(r["EMT low"] <= r["EMT high"] and r["perplexity low"] <= r["perplexity high"] for r in rows)
+    assert m["zo_not_dominated"].n == len(config.budgets) and m["reduction"].n == 1

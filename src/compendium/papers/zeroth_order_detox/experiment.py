@@ -20,9 +20,6 @@ from compendium.validation import require_int, require_number
 
 from . import lm, toy, zo
 
-UNIT = "test prompts (mean over LM seeds)"
-
-
 @dataclass(frozen=True)
 class Config:
     """Registry parameters of the chapter (``workflow/config/chapters.yaml``) plus ``seed``."""
@@ -156,6 +153,8 @@ class _Setup:
 
 def tune(setup: _Setup, config: Config) -> tuple[dict, list, tuple]:
     """Pick (delta, eta) per budget and eta per K for first order on dev prompts, and the headline budget.
+
+    The chapter's ``deltas`` grid has one value (delta fixed, not tuned), so only eta is chosen.
 
     Rule (fixed before any run): among settings whose dev mean log-perplexity is at most the
     unsteered one's plus ``log(quality_tolerance)``, the one with the lowest dev expected max

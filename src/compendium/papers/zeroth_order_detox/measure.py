@@ -1,24 +1,78 @@
-"""Every statistic a verdict depends on, computed from a :class:`~.experiment.Result`."""
+"""Every statistic a verdict depends on, computed from a :class:`~.experiment.Result`.
+
+The unit of replication is the crossed design LMs x test prompts: every method is measured on the
+same (LM, prompt) cells, and both the trained LMs and the prompts are random draws. Intervals come
+from a crossed (two-way) bootstrap (:func:`crossed_bootstrap`): each replicate resamples the LMs
+and the prompts independently, with replacement, and averages the resampled cells. (It is
+generic; it could move to :mod:`compendium.stats`.)
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from compendium.stats import Estimate, bootstrap_interval, clopper_pearson, mean_interval, paired_difference
+from compendium.stats import Estimate, bootstrap_interval, clopper_pearson
 
-from .experiment import UNIT, Result
+from .experiment import Result
+
+CROSSED_UNIT = "LMs (crossed with test prompts)"
+RESAMPLES = 2000
 
 
-def relative_reduction(method, baseline, *, rng, unit: str = UNIT, level: float = 0.95) -> Estimate:
-    """``1 - mean(method) / mean(baseline)`` with a percentile bootstrap over paired units."""
+def crossed_weights(models: int, prompts: int, *, rng, resamples: int = RESAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    """Resampling counts of a crossed bootstrap: ``(resamples, models)`` and ``(resamples, prompts)``.
+
+    Row ``r`` says how often each LM and each prompt was drawn in replicate ``r`` (multinomial
+    counts of ``models`` and ``prompts`` draws with replacement, independent of each other).
+    """
+    if models < 1 or prompts < 1 or resamples < 1:
+        raise ValueError(f"need at least one LM, prompt and resample, got {models}, {prompts}, {resamples}")
+    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    wl = rng.multinomial(models, np.full(models, 1.0 / models), size=resamples).astype(float)
+    wp = rng.multinomial(prompts, np.full(prompts, 1.0 / prompts), size=resamples).astype(float)
+    return wl, wp
+
+
+def crossed_means(cells, weights: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Mean of the resampled cells of ``cells (models, prompts)`` in every replicate: ``(resamples,)``."""
+    X = np.asarray(cells, float)
+    wl, wp = weights
+    if X.ndim != 2 or X.shape != (wl.shape[1], wp.shape[1]):
+        raise ValueError(f"cells must be (models, prompts) = {(wl.shape[1], wp.shape[1])}, got {X.shape}")
+    return np.einsum("rm,mp,rp->r", wl, X, wp) / X.size
+
+
+def crossed_bootstrap(arrays, statistic, *, weights, level: float = 0.95, unit: str = CROSSED_UNIT,
+                      what: str = "") -> Estimate:
+    """Percentile interval of ``statistic(*means)`` under a crossed bootstrap over LMs x prompts.
+
+    ``arrays`` are ``(models, prompts)`` cell values measured on the same cells (paired);
+    ``statistic`` maps their means (floats for the point, ``(resamples,)`` arrays for the
+    replicates) to the estimate, e.g. ``lambda a, b: 1 - a / b``. ``weights`` come from
+    :func:`crossed_weights` (sharing them across rows keeps every row on the same replicates).
+    """
+    arrays = [np.asarray(a, float) for a in arrays]
+    if not arrays or any(a.shape != arrays[0].shape for a in arrays):
+        raise ValueError(f"arrays must share one (models, prompts) shape, got {[a.shape for a in arrays]}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    point = float(statistic(*[a.mean() for a in arrays]))
+    draws = np.asarray(statistic(*[crossed_means(a, weights) for a in arrays]), float)
+    low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    models, prompts = arrays[0].shape
+    method = f"{what + ', ' if what else ''}crossed percentile bootstrap ({models} LMs x {prompts} prompts), {len(draws)} resamples"
+    return Estimate(point, float(low), float(high), level, unit, models, method)
+
+
+def reduction(method, baseline, *, weights, level: float = 0.95) -> Estimate:
+    """``1 - mean(method) / mean(baseline)`` over paired ``(models, prompts)`` cells, crossed bootstrap."""
     a, b = np.asarray(method, float), np.asarray(baseline, float)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"method and baseline must be paired 1-D arrays, got {a.shape} and {b.shape}")
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"method and baseline must be paired (models, prompts) arrays, got {a.shape} and {b.shape}")
     if b.mean() <= 0:
         raise ValueError("the baseline mean must be positive")
-    stat = lambda idx: 1.0 - a[idx.astype(int)].mean() / max(b[idx.astype(int)].mean(), 1e-12)  # noqa: E731
-    est = bootstrap_interval(np.arange(a.size, dtype=float), stat, level=level, unit=unit, rng=rng)
-    return Estimate(est.point, est.low, est.high, est.level, unit, est.n, f"relative reduction, {est.method}")
+    return crossed_bootstrap((a, b), lambda x, y: 1.0 - x / np.maximum(y, 1e-12), weights=weights, level=level,
+                             what="relative reduction")
 
 
 def cosine_slope(q_values, cosines, *, rng, unit: str = "test prompts", level: float = 0.95) -> Estimate:
@@ -40,43 +94,98 @@ def dominated(a_tox: float, a_ppl: float, b_tox: float, b_ppl: float) -> bool:
     return bool(b_tox <= a_tox and b_ppl <= a_ppl)
 
 
-def table(result: Result) -> list[dict]:
-    """One row per method and budget: EMT, toxicity probability, perplexity, distinct-2 (means over LMs and prompts)."""
+def dominance(method: dict, rival: dict, *, weights, level: float = 0.95) -> dict:
+    """Is ``method`` dominated by ``rival`` on the (EMT, log-perplexity) plane? Decided on intervals.
+
+    ``method`` and ``rival`` hold ``"emt"`` and ``"logppl"`` as ``(models, prompts)`` cells. The
+    differences rival - method on each axis get crossed-bootstrap intervals at ``level``.
+    ``"not dominated"``: the rival is worse on at least one axis (that interval wholly above 0);
+    ``"dominated"``: the rival is no worse on both (both intervals wholly at or below 0);
+    ``"undecided"`` otherwise. With two-sided 95 % intervals each one-sided test runs at 2.5 %,
+    so "not dominated" (a union of two tests, Bonferroni) errs at most 5 % and "dominated"
+    (an intersection-union test) at most 2.5 %.
+    """
+    diff = {ax: crossed_bootstrap((rival[ax], method[ax]), lambda r, m: r - m, weights=weights, level=level,
+                                  what=f"rival - method, {ax}") for ax in ("emt", "logppl")}
+    if any(d.low > 0 for d in diff.values()):
+        state = "not dominated"
+    elif all(d.high <= 0 for d in diff.values()):
+        state = "dominated"
+    else:
+        state = "undecided"
+    point = dominated(float(np.mean(method["emt"])), float(np.mean(method["logppl"])),
+                      float(np.mean(rival["emt"])), float(np.mean(rival["logppl"])))
+    return {"state": state, "point_dominated": point, "d_emt": diff["emt"], "d_logppl": diff["logppl"]}
+
+
+def count_not_dominated(states, *, unit: str = "budgets") -> Estimate:
+    """The count of budgets not dominated, as a bracket: ``low`` = shown not dominated, ``high`` = not shown dominated.
+
+    ``point`` is the count on point values. The bracket is exact given the per-budget intervals
+    (record it with ``exact=True``): a criterion on the count passes when ``low`` satisfies it
+    and fails when ``high`` violates it.
+    """
+    states = list(states)
+    if not states:
+        raise ValueError("no budgets")
+    low = sum(s["state"] == "not dominated" for s in states)
+    high = sum(s["state"] != "dominated" for s in states)
+    point = sum(not s["point_dominated"] for s in states)
+    return Estimate(point, low, high, 0.95, unit, len(states),
+                    "bracket over budgets: low = rival worse on an axis (95% crossed interval above 0), "
+                    "high = not shown dominated on both axes")
+
+
+def table(result: Result, *, weights=None, level: float = 0.95) -> list[dict]:
+    """One row per method and budget: EMT, toxicity probability, perplexity, distinct-2 (means over LMs and prompts).
+
+    With ``weights`` (:func:`crossed_weights`), EMT and perplexity also get crossed-bootstrap intervals.
+    """
     rows = []
     for key, m in result.metrics.items():
         name, budget = (key, None) if isinstance(key, str) else (key[0], key[1:])
-        rows.append({"method": name, "q": budget[0] if budget and len(budget) == 2 else None,
-                     "K": budget[-1] if budget else None,
-                     "N": result.best_of_n.get(tuple(budget)) if name == "best_of_n" else None,
-                     "expected max toxicity": float(m["emt"].mean()), "toxicity probability": float(m["toxic"].mean()),
-                     "perplexity": float(np.exp(m["logppl"].mean())), "distinct-2": float(m["distinct"].mean())})
+        row = {"method": name, "q": budget[0] if budget and len(budget) == 2 else None,
+               "K": budget[-1] if budget else None,
+               "N": result.best_of_n.get(tuple(budget)) if name == "best_of_n" else None,
+               "expected max toxicity": float(m["emt"].mean()), "toxicity probability": float(m["toxic"].mean()),
+               "perplexity": float(np.exp(m["logppl"].mean())), "distinct-2": float(m["distinct"].mean())}
+        if weights is not None:
+            e = crossed_bootstrap((m["emt"],), lambda x: x, weights=weights, level=level)
+            p = crossed_bootstrap((m["logppl"],), np.exp, weights=weights, level=level)
+            row.update({"EMT low": e.low, "EMT high": e.high, "perplexity low": p.low, "perplexity high": p.high})
+        rows.append(row)
     return rows
 
 
 def measurements(result: Result) -> dict:
-    """Estimates for the ledger (units: test prompts, each averaged over the LM seeds)."""
+    """Estimates for the ledger: crossed bootstrap over LMs x test prompts (cosine rows: their own units)."""
     cfg, M = result.config, result.metrics
-    avg = lambda key, name="emt": M[key][name].mean(0)  # noqa: E731
+    cells = lambda key, name="emt": M[key][name]  # noqa: E731   (models, prompts)
     hb = result.headline_budget
-    zo_h, none, rand_h = avg(("zo", *hb)), avg("none"), avg(("random", *hb))
-    out: dict = {"headline_budget": hb}
-    out["reduction"] = relative_reduction(zo_h, none, rng=np.random.default_rng([cfg.seed, 100]))
-    out["random_reduction"] = relative_reduction(rand_h, none, rng=np.random.default_rng([cfg.seed, 101]))
-    out["fo_reduction"] = relative_reduction(avg(("first_order", hb[1])), none, rng=np.random.default_rng([cfg.seed, 102]))
-    out["zo_minus_random"] = paired_difference(zo_h, rand_h, unit=UNIT)
-    out["headroom"] = mean_interval(none, unit=UNIT)
+    n_models, n_prompts = M["none"]["emt"].shape
+    w = crossed_weights(n_models, n_prompts, rng=np.random.default_rng([cfg.seed, 100]))
+    zo_h, none, rand_h = cells(("zo", *hb)), cells("none"), cells(("random", *hb))
+    out: dict = {"headline_budget": hb, "weights": w}
+    out["reduction"] = reduction(zo_h, none, weights=w)
+    out["random_reduction"] = reduction(rand_h, none, weights=w)
+    out["fo_reduction"] = reduction(cells(("first_order", hb[1])), none, weights=w)
+    out["zo_minus_random"] = crossed_bootstrap((zo_h, rand_h), lambda a, b: a - b, weights=w, what="ZO - random, EMT")
+    out["headroom"] = crossed_bootstrap((none,), lambda a: a, weights=w, what="EMT without intervention")
     out["per_model_reduction"] = [float(1 - M[("zo", *hb)]["emt"][i].mean() / M["none"]["emt"][i].mean())
-                                  for i in range(M["none"]["emt"].shape[0])]
-    nd_zo, nd_rand, per_budget = 0, 0, {}
+                                  for i in range(n_models)]
+    zo_states, rand_states, per_budget = [], [], {}
     for b in cfg.budgets:
-        bon = (avg(("best_of_n", *b)).mean(), avg(("best_of_n", *b), "logppl").mean())
-        z = (avg(("zo", *b)).mean(), avg(("zo", *b), "logppl").mean())
-        r = (avg(("random", *b)).mean(), avg(("random", *b), "logppl").mean())
-        dz, dr = dominated(*z, *bon), dominated(*r, *bon)
-        nd_zo += not dz
-        nd_rand += not dr
-        per_budget[f"q={b[0]},K={b[1]}"] = {"N": result.best_of_n[b], "zo_dominated": dz, "random_dominated": dr}
-    out.update(zo_not_dominated=nd_zo, random_not_dominated=nd_rand, tradeoff=per_budget)
+        bon = M[("best_of_n", *b)]
+        z, r = dominance(M[("zo", *b)], bon, weights=w), dominance(M[("random", *b)], bon, weights=w)
+        zo_states.append(z)
+        rand_states.append(r)
+        per_budget[f"q={b[0]},K={b[1]}"] = {
+            "N": result.best_of_n[b], "zo": z["state"], "random": r["state"],
+            "zo_point_dominated": z["point_dominated"], "random_point_dominated": r["point_dominated"],
+            "bon_minus_zo_emt": z["d_emt"], "bon_minus_zo_logppl": z["d_logppl"]}
+    out["zo_not_dominated"] = count_not_dominated(zo_states)
+    out["random_not_dominated"] = count_not_dominated(rand_states)
+    out["tradeoff"] = per_budget
     qmax = max(cfg.q_values)
     cos_q = {q: result.cosines[q].mean(0) for q in cfg.q_values}
     top, rc = result.cosines[qmax].ravel(), result.cosines["random"].ravel()   # one estimate per (LM, prompt)
