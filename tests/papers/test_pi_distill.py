@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from compendium.papers import pi_distill as paper
-from compendium.papers.pi_distill import losses, training
+from compendium.papers.pi_distill import losses, training, transfer
 from compendium.papers.pi_distill.maze import PAD, maze_keys
 from compendium.rl import grpo_loss
 
@@ -169,3 +169,51 @@ def test_config_rejects_bad_values():
         paper.Config(test_mazes=3)
     with pytest.raises(ValueError):
         paper.Config(bc_margin=2.0)
+
+
+# ------------------------------------------------------------------ the w = 1 student term (transfer.py)
+def test_unit_weight_student_term():
+    g = torch.Generator().manual_seed(3)
+    logp_S = torch.log_softmax(torch.randn(6, 5, 5, generator=g, dtype=torch.float64), -1)[..., 0].requires_grad_()
+    logp_T = torch.log_softmax(torch.randn(6, 5, 5, generator=g, dtype=torch.float64), -1)[..., 0]
+    mask = torch.ones(6, 5, dtype=torch.float64)
+    mask[0, 3:] = 0
+    reward = torch.tensor([1.0, 0, 1, 1, 0, 1], dtype=torch.float64)
+    one = transfer.student_unit_weight_loss(logp_S, reward, mask)
+    # w = 1 is the clipped term wherever the importance ratio is 1 (teacher and student agree)
+    same = losses.student_offpolicy_loss(logp_S, logp_S, reward, mask)
+    assert torch.allclose(one, same, atol=1e-12)
+    # a failed episode contributes nothing; a successful one is -mean log pi_S over its turns
+    assert float(one[1].detach()) == 0.0
+    assert torch.isclose(one[0], -logp_S[0, :3].mean())
+    # where the student is less likely than the teacher, the clipped weight shrinks the gradient; w = 1 does not
+    (grad_one,) = torch.autograd.grad(one.sum(), logp_S)
+    (grad_clip,) = torch.autograd.grad(losses.student_offpolicy_loss(logp_S, logp_T, reward, mask).sum(), logp_S)
+    low = (logp_S.detach() < logp_T) & (mask > 0) & (reward[:, None] > 0)
+    assert low.any() and torch.all(grad_clip[low].abs() < grad_one[low].abs())
+
+
+def test_train_arms_equals_train_chunk_when_clipped():
+    st = replace(paper.settings_for("smoke"), train_mazes=30, steps=2, mazes_per_step=2, group_size=4, width=16,
+                 layers=1, num_seeds=2)
+    pool, pis = training.train_pool(st, 0)
+    base, _ = training.pretrain_base(pool, replace(st, pretrain_steps=1), 0)
+    recipes = [paper.Recipe("pi_distill", "full", 0.75, 0.1, s) for s in range(2)]
+    ref, _ = paper.train_chunk(recipes, pool, pis, st, 0, base=base)
+    mine, _ = transfer.train_arms([transfer.Arm(r, False) for r in recipes], pool, pis, st, 0, base=base)
+    for (name, p), (_, q) in zip(ref.named_parameters(), mine.named_parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+    with pytest.raises(ValueError):
+        transfer.train_arms([transfer.Arm(paper.Recipe("grpo", "", 0, 0, 0), True)], pool, pis, st, 0)
+
+
+def test_base_log_gap_and_transfer_measurements():
+    log = {"losses": [[1, 2.0], [2, 1.5]]}
+    assert transfer.base_log_gap(log, {"losses": [[1, 2.0], [2, 1.25]]}) == 0.25
+    assert transfer.base_log_gap(log, {"losses": [[1, 2.0]]}) == float("inf")
+    assert transfer.base_log_gap(log, {}) == float("inf")
+    tr = {"w1": np.array([0.5, 0.6, 0.7, 0.6, 0.5]), "w1_teacher": np.array([0.8, 0.8, 0.8, 0.7, 0.7])}
+    m = transfer.transfer_measurements(tr, [0.2, 0.3, 0.3, 0.2, 0.25], [0.8, 0.7, 0.9, 0.8, 0.75])
+    assert np.isclose(m["w1_vs_weighted"].point, 0.33) and m["w1_vs_weighted"].level == 0.90
+    assert m["w1_vs_weighted"].low > 0.05 and m["comparator_teacher"].n == 5
+    assert np.isclose(m["weighted_gap"].point, 0.79 - 0.25) and np.isclose(m["w1_gap"].point, 0.76 - 0.58)

@@ -27,7 +27,8 @@ episode's reward :math:`R` (success), as in the research card's form, not by the
 Modules: ``maze`` (environment, BFS expert, PI of four kinds), ``policy`` (the transformer with a
 model axis and a KV cache), ``losses`` (the objective's terms), ``training`` (rollouts, every
 method as a recipe, the lock-step trainer, evaluation, the asset), ``experiment`` (Config, run,
-the grid selection on validation mazes, the ledger's statistics and implementation checks).
+the grid selection on validation mazes, the ledger's statistics and implementation checks),
+``transfer`` (the student term with w = 1, trained in the chapter's run; not read by the asset).
 
 What is ours and what is a library's
 -----------------------------------

@@ -74,6 +74,7 @@ class Result:
     settings: AssetSettings
     selected: dict = field(default_factory=dict)   # PI kind -> (alpha, beta) picked on validation
     selected_init: dict = field(default_factory=dict)  # (baseline, PI kind) -> 'base' or 'scratch'
+    held_out: dict = field(default_factory=dict)   # the test mazes and their PI ('test', 'test_pis'), for re-trained arms
 
 
 def run(config: Config, chunks: list, meta: dict) -> Result:
@@ -99,6 +100,7 @@ def run(config: Config, chunks: list, meta: dict) -> Result:
             curves[r.name] = {"step": c["step"], "student_success": [v[j] for v in c["student_success"]],
                               "kl": [v[j] for v in c["kl"]]}
     res = Result(recipes, *(np.concatenate(parts[k]) for k in ("val", "test", "teacher", "kl")), curves, st)
+    res.held_out = {"test": test, "test_pis": test_pis}
     res.selected = {pi: select_grid_point(res, pi) for pi in st.pi_kinds}
     res.selected_init = {(r.method, r.pi): select_init(res, r.method, r.pi) for r in recipes if r.method != "pi_distill"}
     return res
