@@ -172,10 +172,13 @@ def test_tiny_run_is_deterministic(tiny_models):
     assert a.recall.keys() == b.recall.keys()
     for key in a.recall:
         assert np.array_equal(a.recall[key], b.recall[key]) and a.recall[key].shape == (4,)
-    assert a.estimates == b.estimates and a.accuracy.keys() == {"full", "ridge", "last", "quest", "oracle"}
+    assert a.estimates == b.estimates and a.accuracy.keys() == {"full", "ridge", "last", "quest", "oracle", "random"}
     assert a.answer_mass.keys() == {"oracle", "ridge", "last", "mean", "quest", "ridge_shuffled"}
     assert {"ridge_shuffled_minus_last_16", "accuracy_oracle_minus_quest"} <= a.estimates.keys()
     np.testing.assert_allclose(a.per_model["accuracy_oracle_minus_quest"], 100 * (a.accuracy["oracle"] - a.accuracy["quest"]))
+    np.testing.assert_allclose(a.per_model["accuracy_random_minus_quest"], 100 * (a.accuracy["random"] - a.accuracy["quest"]))
+    assert a.estimates["drift_ridge_minus_last_16"].n == 2 and a.estimates["drift_ridge_minus_last_16"].unit == "drift replicates"
+    assert a.drift["cos_lag1"] > 0.8
     for m, v in a.answer_mass.items():
         assert v.shape == (2,) and ((0 <= v) & (v <= 1 + 1e-6)).all()
         assert (v <= a.answer_mass["oracle"] + 1e-6).all() or m == "quest", "the oracle keeps the most mass among top-B sets"
@@ -284,3 +287,37 @@ def test_cost_model_curve_and_crossover():
     t = paper.crossover_context(0.8, 64, 16, 8)
     assert paper.cost_model(t, 64, 16, 8)["token_async"] / paper.cost_model(t, 64, 16, 8)["quest"] <= 0.8
     assert paper.cost_model(t - 16, 64, 16, 8)["token_async"] / paper.cost_model(t - 16, 64, 16, 8)["quest"] > 0.8
+
+
+# ---------------------------------------------------------------- controls
+def test_random_selector_ignores_queries_and_fills_the_budget():
+    Q, K = _qk()
+    t = Q.shape[2]
+    a = paper.select("random", Q, K, 16, random_seed=3, **KW)
+    b = paper.select("random", -5 * Q + 1, K, 16, random_seed=3, **KW)      # other queries: same set
+    assert torch.equal(a, b)
+    assert not torch.equal(a, paper.select("random", Q, K, 16, random_seed=4, **KW))
+    cand = (torch.arange(t)[None, :] >= 2) & (torch.arange(t)[None, :] <= torch.arange(t)[:, None] - 4)
+    assert ((a & cand).sum(-1) == torch.clamp(cand.sum(-1), max=16)).all()
+    # a random set recalls about B / candidates of the oracle set, far less than the oracle itself
+    oracle = paper.select("oracle", Q, K, 16, **KW)
+    probs = paper.true_attention(Q, K)
+    r, _ = paper.recall_and_mass(a, oracle, probs, 16, 2, 4)
+    assert r.mean() < 0.8
+
+
+def test_drift_language_has_the_premise_and_ridge_beats_last_on_it():
+    Q, K = paper.drift_language(2, 4, 2, 80, 8, make_rng(0))
+    assert Q.shape == (2, 4, 80, 8) and K.shape == (2, 2, 80, 8)
+    np.testing.assert_allclose(Q.std(dim=(2, 3), correction=0).numpy(), 1.0, rtol=1e-4)
+    assert paper.query_cosine_by_lag(Q, 1)[0] > 0.8              # slow drift, unlike the toy's queries
+    with pytest.raises(ValueError):
+        paper.drift_language(1, 1, 1, 10, 2, make_rng(0), ar=(1.0, 0.5))   # not stationary
+    cfg = paper.Config(model_seeds=2, eval_sequences=2, budgets=(16,), accuracy_budget=16, page_size=8,
+                       sink_tokens=2, local_tokens=4, window=6)
+    out = paper.drift_control(cfg, 4, 2, 64, 8)
+    assert out["per_model"]["drift_ridge_minus_last_16"].shape == (2,)
+    assert np.allclose(out["recall"][("oracle", 16)], 1.0)
+    # where the target drifts along an AR(2), the fitted ridge predicts better than the last query
+    assert out["prediction_cosine"]["ridge"] > out["prediction_cosine"]["last"]
+    assert (out["per_model"]["drift_ridge_minus_last_16"] > 0).all()

@@ -13,7 +13,9 @@ Implemented (our reading; the paper's predictor is not public in detail):
   temporal-regressive ridge AR(p) module shared over the heads of a layer (``sparse.py``);
 * sparse decode attention over an index set (``kernels/sparse_decode.py``: PyTorch reference and
   a Triton split-K kernel), and a threaded asynchronous selector (``decode.py``);
-* the tiny GQA decoder and the retrieval language (``lm.py``), trained by the asset rule.
+* the tiny GQA decoder and the retrieval language (``lm.py``), trained by the asset rule;
+* two controls: a *drift language* of synthetic slowly drifting queries where the premise holds
+  (``experiment.drift_language``), and a degraded ``random`` selector (``sparse.random_scores``).
 
 Small-scale deviations:
 
@@ -28,11 +30,12 @@ Small-scale deviations:
 """
 
 from .decode import run_on_side_stream, select_indices, select_quest, timed_decode
-from .experiment import (MIN_RECALL_EFFECT, Config, Result, cost_model, cost_model_curve, crossover_context, kernel_exactness,
-                         model_level_differences, models_for_resolution, quest_bound_slack, run)
+from .experiment import (DRIFT_AR, MIN_RECALL_EFFECT, Config, Result, cost_model, cost_model_curve, crossover_context,
+                         drift_control, drift_language, kernel_exactness, model_level_differences,
+                         models_for_resolution, quest_bound_slack, run)
 from .lm import ModelSettings, TinyDecoder, build_asset, load_models, make_sequences, settings_for, train_model
-from .sparse import (predict_queries, prediction_cosine, quest_selection, query_cosine_by_lag, true_attention,
-                     recall_and_mass, select, token_selection)
+from .sparse import (predict_queries, prediction_cosine, quest_selection, query_cosine_by_lag, random_scores,
+                     true_attention, recall_and_mass, select, token_selection)
 
 __all__ = [
     "Config", "Result", "run", "cost_model", "kernel_exactness", "quest_bound_slack",
@@ -40,4 +43,5 @@ __all__ = [
     "predict_queries", "token_selection", "quest_selection", "select", "recall_and_mass", "run_on_side_stream", "select_quest",
     "MIN_RECALL_EFFECT", "cost_model_curve", "crossover_context", "model_level_differences", "models_for_resolution",
     "query_cosine_by_lag", "prediction_cosine", "select_indices", "timed_decode",
+    "DRIFT_AR", "drift_language", "drift_control", "random_scores",
 ]

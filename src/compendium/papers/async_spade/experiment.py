@@ -19,7 +19,16 @@ from .sparse import (mask_from_scores, mass_at_steps, method_scores, prediction_
                      query_cosine_by_lag, recall_and_mass, select, true_attention)
 
 SELECTORS = ("oracle", "ridge", "last", "mean", "quest", "ridge_shuffled")
-ACCURACY_METHODS = ("full", "ridge", "last", "quest", "oracle")  # oracle: the accuracy control
+ACCURACY_METHODS = ("full", "ridge", "last", "quest", "oracle", "random")  # random: the degraded control selector
+DRIFT_METHODS = ("oracle", "ridge", "last")
+#: The drift language of the positive control. Every query head follows a stationary AR(2),
+#: q_t = a1 q_{t-1} + a2 q_{t-2} + noise, with (a1, a2) = DRIFT_AR: roots of modulus 0.9 at about
+#: 26 degrees, a slow damped rotation with lag-1 correlation a1 / (1 - a2) = 0.895. The first choice
+#: (rho = 0.98, phi = 0.9: lag-1 cosine 0.999) left the last query at the ceiling and the ridge's
+#: shrinkage swamped the q_{t-1} - q_{t-2} direction; see the chapter's dated changes.
+DRIFT_AR = (1.62, -0.81)
+DRIFT_BURN_IN = 300
+RANDOM_LOSS_POINTS = 1.0   # the accuracy criterion's own bound: the degraded selector must lose more than it
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,7 @@ class Result:
     exactness_error: float  # max |sparse gather - dense masked| over the random shapes
     quest_min_slack: float  # min over cases of U(q, page) - max_k q.k
     cost_model: dict        # critical-path cache reads per step (deterministic proxy of TPOT)
+    drift: dict = field(default_factory=dict)    # the drift-language positive control (lag-1 cosine, recalls)
     timing: dict = field(default_factory=dict)   # wall-clock (varies run to run)
 
 
@@ -154,7 +164,9 @@ def model_level_differences(recall: dict, accuracy: dict, config: Config) -> tup
             d = (recall[(a, b)] - recall[(c, b)]).reshape(k, -1).mean(1)
             per_model[f"{a}_minus_{c}_{b}"] = d
     per_model["accuracy_ridge_minus_quest"] = 100 * (accuracy["ridge"] - accuracy["quest"])
-    if "oracle" in accuracy:                      # the control: token selection from the true query
+    if "random" in accuracy:                      # the control: a selector that ignores every query
+        per_model["accuracy_random_minus_quest"] = 100 * (accuracy["random"] - accuracy["quest"])
+    if "oracle" in accuracy:                      # diagnostic: token selection from the true query
         per_model["accuracy_oracle_minus_quest"] = 100 * (accuracy["oracle"] - accuracy["quest"])
     estimates = {name: mean_interval(v, unit="trained models") for name, v in per_model.items()}
     return per_model, estimates
@@ -185,6 +197,59 @@ def crossover_context(ratio: float, budget: int, page_size: int, window: int) ->
     (2B + W) <= ratio (2 T / P + 2B)  <=>  T >= P ((2B + W) / ratio - 2B) / 2."""
     t = page_size * ((2 * budget + window) / ratio - 2 * budget) / 2
     return int(math.ceil(t / page_size) * page_size)
+
+
+def drift_language(num: int, heads: int, kv_heads: int, context: int, head_dim: int,
+                   rng: np.random.Generator, ar: tuple = DRIFT_AR,
+                   burn_in: int = DRIFT_BURN_IN) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic queries and keys of one replicate of the drift language: (num, heads, T, d) queries
+    whose every head drifts (``q_t = a1 q_{t-1} + a2 q_{t-2} + eps_t`` with ``(a1, a2) = ar``,
+    started from a ``burn_in``-step run-in so the process is stationary; scaled to unit coordinate
+    variance per sequence and head) and fixed standard-normal keys (num, kv_heads, T, d).
+
+    The retrieval target (the top-B keys of ``q_t``) then moves slowly and smoothly, the premise of
+    next-query prediction; a predictor that extrapolates the drift can beat reusing ``q_{t-1}``."""
+    a1, a2 = ar
+    if not (abs(a2) < 1 and a2 + a1 < 1 and a2 - a1 < 1):
+        raise ValueError(f"AR(2) coefficients {ar} are not stationary")
+    q = np.zeros((num, heads, head_dim))
+    prev = np.zeros_like(q)
+    out = np.empty((num, heads, context, head_dim))
+    for step in range(burn_in + context):
+        q, prev = a1 * q + a2 * prev + rng.standard_normal(q.shape), q
+        if step >= burn_in:
+            out[:, :, step - burn_in] = q
+    out /= out.std(axis=(2, 3), keepdims=True)
+    keys = rng.standard_normal((num, kv_heads, context, head_dim))
+    return torch.from_numpy(out).float(), torch.from_numpy(keys).float()
+
+
+def drift_control(config: Config, heads: int, kv_heads: int, context: int, head_dim: int) -> dict:
+    """The ridge-vs-last comparison on the drift language: ``config.model_seeds`` independent
+    replicates (as many as the trained models behind the claim, so the control has the claim's
+    number of units), ``config.eval_sequences`` sequences each; recall against the oracle top-B at
+    every budget, per-replicate means, and the lag-1 query cosine of the language."""
+    kw = _selection_kwargs(config)
+    recall = {(m, b): [] for m in DRIFT_METHODS for b in config.budgets}
+    lag1, pcos = [], {p: [] for p in ("last", "ridge")}
+    for i in range(config.model_seeds):
+        Q, K = drift_language(config.eval_sequences, heads, kv_heads, context, head_dim, make_rng(config.seed, 50, i))
+        scores = {m: method_scores(m, Q, K, **kw) for m in DRIFT_METHODS}
+        probs = true_attention(Q, K)
+        for b in config.budgets:
+            oracle = mask_from_scores("oracle", scores["oracle"], b, **kw)
+            for m in DRIFT_METHODS:
+                r, _ = recall_and_mass(mask_from_scores(m, scores[m], b, **kw), oracle, probs, b,
+                                       config.sink_tokens, config.local_tokens)
+                recall[(m, b)].append(float(r.mean()))
+        lag1.append(float(query_cosine_by_lag(Q, 1)[0]))
+        for p in pcos:
+            pcos[p].append(prediction_cosine(Q, predict_queries(Q, p, config.window, config.ridge_lambda,
+                                                                config.ar_order), config.window + 1))
+    recall = {k: np.array(v) for k, v in recall.items()}
+    per_model = {f"drift_ridge_minus_last_{b}": recall[("ridge", b)] - recall[("last", b)] for b in config.budgets}
+    return {"recall": recall, "per_model": per_model, "cos_lag1": float(np.mean(lag1)),
+            "prediction_cosine": {p: float(np.mean(v)) for p, v in pcos.items()}}
 
 
 def _selection_kwargs(config: Config) -> dict:
@@ -241,8 +306,8 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
                 pcos[p].append(prediction_cosine(Q, predict_queries(Q, p, config.window, config.ridge_lambda,
                                                                     config.ar_order), config.window + 1))
         for m in ACCURACY_METHODS:
-            def mask_fn(layer, Q, K, m=m):
-                return select(m, Q, K, config.accuracy_budget, **kw)
+            def mask_fn(layer, Q, K, m=m, i=i):
+                return select(m, Q, K, config.accuracy_budget, random_seed=1000 * (config.seed + 1) + 10 * i + layer, **kw)
             with torch.no_grad():
                 pred = model(x, mask_fn=mask_fn).argmax(-1)[:, :-1].numpy()
             accuracy[m].append(float((pred == tokens[:, 1:])[answer[:, 1:]].mean()))
@@ -251,12 +316,16 @@ def run(config: Config, models: list, *, with_timing: bool = True, device: str =
     accuracy = {k: np.array(v) for k, v in accuracy.items()}
     answer_mass = {k: np.array(v) for k, v in answer_mass.items()}
     per_model, estimates = model_level_differences(recall, accuracy, config)
+    st = models[0].settings
+    drift = drift_control(config, st.num_heads, st.num_kv_heads, context, st.d_model // st.num_heads)
+    per_model.update(drift["per_model"])
+    estimates.update({name: mean_interval(v, unit="drift replicates") for name, v in drift["per_model"].items()})
     result = Result(
         recall=recall, mass=mass, accuracy=accuracy, answer_mass=answer_mass, cosine_lag=np.mean(lags, axis=0),
         prediction_cosine={p: float(np.mean(v)) for p, v in pcos.items()}, estimates=estimates, per_model=per_model,
         exactness_error=kernel_exactness(config.exactness_shapes, make_rng(config.seed, 30)),
         quest_min_slack=quest_bound_slack(config.quest_bound_cases, make_rng(config.seed, 31)),
-        cost_model=cost_model(context, config.accuracy_budget, config.page_size, config.window),
+        cost_model=cost_model(context, config.accuracy_budget, config.page_size, config.window), drift=drift,
     )
     if with_timing:
         result.timing = measure_tpot(config, models[0], context, device)

@@ -164,11 +164,24 @@ def quest_selection(Q: torch.Tensor, K: torch.Tensor, budget: int, sinks: int, l
     return pages_mask(quest_page_scores(Q, K, sinks, local, page_size), budget, sinks, local, page_size)
 
 
+def random_scores(K: torch.Tensor, t: int, sinks: int, local: int, seed: int = 0) -> torch.Tensor:
+    """Scores of the deliberately degraded ``random`` selector: independent uniform scores on the
+    candidates of every step (a fixed ``seed``), -1 elsewhere, so its top-B is B candidates drawn
+    at random without looking at any query: (B, H_kv, T, T)."""
+    _, cand = _regions(t, sinks, local)
+    gen = torch.Generator().manual_seed(int(seed))
+    u = torch.rand(K.shape[0], K.shape[1], t, t, generator=gen, dtype=torch.float64).to(K.dtype)
+    return u.masked_fill(~cand, -1.0)
+
+
 def method_scores(method: str, Q: torch.Tensor, K: torch.Tensor, *, sinks: int, local: int, page_size: int,
-                  window: int, ridge_lambda: float, ar_order: int) -> torch.Tensor:
-    """Scores a method ranks by (token scores, or page scores for ``quest``), reusable across budgets."""
+                  window: int, ridge_lambda: float, ar_order: int, random_seed: int = 0) -> torch.Tensor:
+    """Scores a method ranks by (token scores, or page scores for ``quest``), reusable across budgets;
+    ``random`` (a degraded control selector) ignores the queries."""
     if method == "quest":
         return quest_page_scores(Q, K, sinks, local, page_size)
+    if method == "random":
+        return random_scores(K, Q.shape[2], sinks, local, random_seed)
     return token_scores(predict_queries(Q, method, window, ridge_lambda, ar_order), K, sinks, local)
 
 
@@ -180,13 +193,14 @@ def mask_from_scores(method: str, scores: torch.Tensor, budget: int, *, sinks: i
 
 
 def select(method: str, Q: torch.Tensor, K: torch.Tensor, budget: int, *, sinks: int, local: int,
-           page_size: int, window: int, ridge_lambda: float, ar_order: int) -> torch.Tensor:
-    """Selection mask of one method: ``full``, ``quest`` or a token-level predictor name."""
+           page_size: int, window: int, ridge_lambda: float, ar_order: int, random_seed: int = 0) -> torch.Tensor:
+    """Selection mask of one method: ``full``, ``quest``, ``random`` or a token-level predictor name."""
     t = Q.shape[2]
     if method == "full":
         return torch.ones(K.shape[0], K.shape[1], t, t, dtype=torch.bool).tril()
     kw = dict(sinks=sinks, local=local, page_size=page_size)
-    scores = method_scores(method, Q, K, window=window, ridge_lambda=ridge_lambda, ar_order=ar_order, **kw)
+    scores = method_scores(method, Q, K, window=window, ridge_lambda=ridge_lambda, ar_order=ar_order,
+                           random_seed=random_seed, **kw)
     return mask_from_scores(method, scores, budget, **kw)
 
 
