@@ -73,6 +73,8 @@ from .attention import (
 )
 from .attribution import (
     attribution_attack,
+    blended_attack,
+    blended_forward,
     captum_maps,
     fit_temperature,
     gradient_map,
@@ -95,6 +97,7 @@ from .attribution import (
 from .experiment import (
     CHAIN,
     METHODS,
+    SMOOTH_ALPHA,
     Config,
     Result,
     accuracy_matched,
@@ -106,6 +109,8 @@ from .experiment import (
     implementation_checks,
     measurements,
     penalty_control,
+    smoothing_power,
+    partial_spearman,
     rank_test,
     run,
     run_attention,
