@@ -249,6 +249,11 @@ def test_tiny_run(digits):
     inside = np.array([r.family == "sgd" and (r.eta, r.batch_size, r.seed) in ids for r in table.itertuples()])
     assert 0 < inside.sum() < len(table)
     assert table.loc[inside, "pgd_0.05"].notna().all() and table.loc[~inside, "pgd_0.05"].isna().all()
+    # the power control's twin is read for the matched models only; the ratio to random everywhere
+    assert table.loc[inside, "smooth_pgd_0.1"].between(0, 1).all() and table.loc[~inside, "smooth_pgd_0.1"].isna().all()
+    ok = table["random_0.1"] > 0
+    np.testing.assert_allclose(table.loc[ok, "pgd_over_random_0.1"], table.loc[ok, "pgd_0.1"] / table.loc[ok, "random_0.1"])
+    assert (table["chance"] == 8 / 64).all()
     idx = np.random.default_rng(0).choice(len(digits["y_test"]), size=12, replace=False)
     x = torch.from_numpy(digits["x_test"][idx]).expand(9, 12, 64).contiguous()
     y = torch.from_numpy(digits["y_test"][idx]).expand(9, 12).contiguous()
@@ -459,3 +464,61 @@ def test_topk_pgd_keeps_the_best_labelled_iterate_within_the_mask_and_ball():
     assert torch.all(delta == 0) and torch.all(inter == 1)
     with pytest.raises(ValueError):
         paper.topk_pgd(map_fn, x, clean, label, k=2, eps=0.0, steps=4)
+
+
+# ---------------------------------------------------------------- power control, partial correlation
+def test_blended_forward_interpolates_gelu_and_its_linearisation(digits):
+    blob = _tiny_blob(digits, epochs=1)
+    x = torch.from_numpy(digits["x_test"][:10]).expand(6, 10, 64).contiguous()
+    y = torch.from_numpy(digits["y_test"][:10]).expand(6, 10).contiguous()
+    p = blob["params"]
+    torch.testing.assert_close(paper.blended_forward(p, x, 0.0), paper.stack_forward(p, x))
+    # alpha = 1: a linear model (activation h/2), so its gradient map is the same at every input
+    g = torch.Generator().manual_seed(0)
+    xr = x + paper.random_perturbation(x, 0.2, g)
+
+    def grad(fw, z):
+        z = z.clone().requires_grad_()
+        f = fw(z).gather(-1, y.unsqueeze(-1)).sum()
+        return torch.autograd.grad(f, z)[0]
+
+    g1, g2 = grad(lambda z: paper.blended_forward(p, z, 1.0), x), grad(lambda z: paper.blended_forward(p, z, 1.0), xr)
+    torch.testing.assert_close(g1, g2)
+    # alpha in (0, 1): the map moves with the input, but less than the model's own map
+    d0 = (grad(lambda z: paper.stack_forward(p, z), x) - grad(lambda z: paper.stack_forward(p, z), xr)).norm()
+    dh = (grad(lambda z: paper.blended_forward(p, z, 0.5), x) - grad(lambda z: paper.blended_forward(p, z, 0.5), xr)).norm()
+    assert 0 < dh < d0
+    with pytest.raises(ValueError):
+        paper.blended_forward(p, x, 1.5)
+
+
+def test_blended_attack_at_alpha_zero_is_the_attack(digits):
+    blob = _tiny_blob(digits, epochs=2)
+    x = torch.from_numpy(digits["x_test"][:8]).expand(6, 8, 64).contiguous()
+    y = torch.from_numpy(digits["y_test"][:8]).expand(6, 8).contiguous()
+    a = paper.attribution_attack(blob["params"], x, y, k=8, eps=0.1, steps=3)["intersection"]
+    b = paper.blended_attack(blob["params"], x, y, 0.0, k=8, eps=0.1, steps=3)
+    torch.testing.assert_close(a, b["intersection"])
+    assert b["correct"].dtype == torch.bool and b["correct"].shape == (6, 8)
+
+
+def test_partial_spearman_removes_a_shared_cause():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=200)
+    x, y = z + 0.3 * rng.normal(size=200), z + 0.3 * rng.normal(size=200)
+    raw, _ = paper.rank_test(x, y, "greater")
+    part, p = paper.partial_spearman(x, y, z)
+    assert raw.low > 0.7 and part.low < 0 < part.high and p > 0.01
+    # with an unrelated covariate the partial correlation is about the plain one
+    w = rng.normal(size=200)
+    part2, _ = paper.partial_spearman(x, y, w)
+    assert abs(part2.point - raw.point) < 0.05 and part2.low < part2.point < part2.high
+    # undefined: too few units
+    void, p1 = paper.partial_spearman(x[:5], y[:5], z[:5])
+    assert (void.low, void.high, p1) == (-1.0, 1.0, 1.0)
+
+
+def test_smoothing_power_pairs_twin_and_model():
+    t = pd.DataFrame({"smooth_pgd_0.1": [0.9, 0.8, 0.85, np.nan], "base_pgd_0.1": [0.7, 0.6, 0.7, 0.5]})
+    est = paper.smoothing_power(t, 0.1)
+    assert est.n == 3 and abs(est.point - np.mean([0.2, 0.2, 0.15])) < 1e-12

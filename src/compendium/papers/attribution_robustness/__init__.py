@@ -24,6 +24,11 @@ Equations implemented
   on :math:`D = \sum_{i\in T}|a_i| / \sum_i |a_i|`, :math:`\|\delta\|_\infty \le \epsilon`, box
   [0, 1] on digits, the clean prediction held; metrics: top-k intersection (k = 8), Spearman
   correlation of the maps.
+- Power control (ours): a trained MLP against its twin with the same weights and hidden activations
+  :math:`(1-\alpha)\,\mathrm{GELU}(h) + \alpha h/2` (``attribution.blended_forward``,
+  :math:`\alpha = 0.5`), whose gradient map varies less with the input by construction; the
+  attack and metric must find the twin more robust. Training progress is held fixed by a partial
+  Spearman correlation on the final training loss (``experiment.partial_spearman``).
 - Softmax attention Jacobian :math:`J = \mathrm{diag}(a) - aa^\top`: :math:`J \succeq 0`,
   :math:`\lambda_{\max} \le 1/2`, :math:`\mathrm{tr} J = 1 - \sum a_i^2 = 1 - e^{-H_2(a)}`.
 
@@ -73,6 +78,8 @@ from .attention import (
 )
 from .attribution import (
     attribution_attack,
+    blended_attack,
+    blended_forward,
     captum_maps,
     fit_temperature,
     gradient_map,
@@ -95,6 +102,7 @@ from .attribution import (
 from .experiment import (
     CHAIN,
     METHODS,
+    SMOOTH_ALPHA,
     Config,
     Result,
     accuracy_matched,
@@ -106,6 +114,8 @@ from .experiment import (
     implementation_checks,
     measurements,
     penalty_control,
+    smoothing_power,
+    partial_spearman,
     rank_test,
     run,
     run_attention,

@@ -24,7 +24,7 @@ import torch
 from .models import stack_cross_entropy, stack_forward
 
 __all__ = ["gradient_map", "topk_mask", "topk_intersection", "rank_correlation", "kendall_tau", "attribution_attack", "topk_pgd",
-           "random_perturbation", "input_hvp", "hutchinson", "input_hessian_norm", "parameter_hvp",
+           "random_perturbation", "blended_forward", "blended_attack", "input_hvp", "hutchinson", "input_hessian_norm", "parameter_hvp",
            "parameter_curvature", "fit_temperature", "single_model", "captum_maps",
            "softmax_jacobian_symbolic", "softmax_jacobian_numeric", "integrated_gradients_ours"]
 
@@ -181,6 +181,52 @@ def random_perturbation(x: torch.Tensor, eps: float, generator: torch.Generator,
     baseline the attack must beat."""
     s = torch.randint(0, 2, x.shape, generator=generator).to(x.dtype) * 2 - 1
     return _clip(x, eps * s, eps, box)
+
+
+def blended_forward(params, x: torch.Tensor, alpha: float) -> torch.Tensor:
+    r"""Logits of an MLP stack whose hidden activation is :math:`(1-\alpha)\,\mathrm{GELU}(h) + \alpha h/2`.
+
+    The power control's by-construction smoother twin of a trained model: the same weights, with
+    every activation blended towards its linearisation at 0 (GELU'(0) = 1/2). The input-dependent
+    part of each layer's Jacobian :math:`\mathrm{diag}(\sigma'(h))` shrinks by ``1 - alpha``, so the
+    logit-gradient map :math:`\nabla_x f_y` varies less with ``x``; at ``alpha = 1`` the model is
+    linear and its gradient map is constant. ``alpha = 0`` is ``models.stack_forward``.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    if params[0].dim() != 3:
+        raise ValueError("blended_forward is defined for MLP stacks only")
+    h = x
+    last = len(params) // 2 - 1
+    for layer in range(last + 1):
+        h = torch.baddbmm(params[2 * layer + 1], h, params[2 * layer])
+        if layer < last:
+            h = (1.0 - alpha) * torch.nn.functional.gelu(h) + alpha * 0.5 * h
+    return h
+
+
+def blended_attack(params, x: torch.Tensor, y: torch.Tensor, alpha: float, *, k: int, eps: float, steps: int = 20,
+                   box=(0.0, 1.0)) -> dict:
+    """``attribution_attack`` on the ``blended_forward`` twin (same PGD loop, same top-k metric).
+
+    Returns ``intersection`` ``(M, N)`` and ``correct`` ``(M, N)`` (the twin classifies the point
+    correctly; only those points count)."""
+    x = x.detach()
+    with torch.no_grad():
+        logits0 = blended_forward(params, x, alpha)
+    label = logits0.argmax(-1)
+
+    def map_fn(xa, last):
+        logits = blended_forward(params, xa, alpha)
+        f = logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        (a,) = torch.autograd.grad(f.sum(), xa, create_graph=not last)
+        return a, logits
+
+    with torch.enable_grad():
+        xg = x.clone().requires_grad_()
+        a0, _ = map_fn(xg, True)
+    _, best = topk_pgd(map_fn, x, a0.detach(), label, k=k, eps=eps, steps=steps, box=box)
+    return {"intersection": best, "correct": label == y}
 
 
 # ---------------------------------------------------------------------------------- curvature

@@ -16,11 +16,13 @@ from . import attribution as attr
 from .models import select, stack_accuracy
 
 __all__ = ["Config", "Result", "run", "evaluate_task", "implementation_checks", "accuracy_matched",
-           "chain_correlations", "rank_test", "attack_sanity", "penalty_control", "headroom", "measurements", "direction", "METHODS", "CHAIN"]
+           "chain_correlations", "rank_test", "attack_sanity", "penalty_control", "headroom",
+           "smoothing_power", "partial_spearman", "SMOOTH_ALPHA", "measurements", "direction", "METHODS", "CHAIN"]
 
 METHODS = ("grad", "gxi", "smoothgrad", "ig")
 BOXES = {"digits": (0.0, 1.0), "gauss256": None, "digits_cnn": (0.0, 1.0)}
 THREADS = 1
+SMOOTH_ALPHA = 0.5  # the power control's twin: hidden activations half-way from GELU to their linearisation
 RAW_PROBES = 4      # the untempered input-Hessian norm is only reported (an exercise), not tested
 
 
@@ -144,8 +146,24 @@ def evaluate_task(task: str, blob: dict, config: Config, generator: torch.Genera
             held = attr.stack_forward(params, xr).argmax(-1) == Y
         a_r = attr.gradient_map(params, xr, Y)
         table[f"random_{eps:g}"] = _masked_mean(attr.topk_intersection(clean_map, a_r, config.top_k), correct & held)
-    # the other attribution methods (captum), measured at the points the gradient attack found
+    # chance-normalised robustness: the attacked intersection over the random-perturbation one
+    # (the chance level of a random top-k, k/d, is one constant per task: report.chance)
+    for e in config.epsilons:
+        table[f"pgd_over_random_{e:g}"] = table[f"pgd_{e:g}"] / table[f"random_{e:g}"]
+    table["chance"] = config.top_k / X.shape[-1]
+    # power control: each matched MLP against its smoother twin (same weights, activations blended
+    # towards their linearisation), both attacked at the headline radius on the points both classify
     eps = config.headline_epsilon
+    sub = np.flatnonzero(in_matched)
+    smooth, base = np.full(M, np.nan), np.full(M, np.nan)
+    if sub.size and params[0].dim() == 3:
+        tw = attr.blended_attack(select(params, sub), X[sub], Y[sub], SMOOTH_ALPHA, k=config.top_k, eps=eps,
+                                 steps=config.attack_steps, box=box)
+        both = correct[sub] & tw["correct"]
+        smooth[sub] = _masked_mean(tw["intersection"], both)
+        base[sub] = _masked_mean(attacked[eps]["intersection"][sub], both)
+    table[f"smooth_pgd_{eps:g}"], table[f"base_pgd_{eps:g}"] = smooth, base
+    # the other attribution methods (captum), measured at the points the gradient attack found
     xa = X + attacked[eps]["delta"]
     n_m = min(config.method_points, X.shape[1])
     noise = config.smoothgrad_noise * float(data["x_train"].max() - data["x_train"].min())
@@ -266,6 +284,9 @@ def run(config: Config, asset: dict) -> Result:
         for task in ("digits", "gauss256", "digits_cnn"):
             if task in asset:                   # digits_cnn: full scale only
                 tables[task], example[task] = evaluate_task(task, asset[task], config, generator, rng)
+                # SGD steps taken: fixed epochs, so n_train // B steps an epoch (the eta/B confound)
+                epochs = asset.get("_meta", {}).get("settings", {}).get("epochs", 1)
+                tables[task]["steps"] = epochs * (len(asset[task]["data"]["y_train"]) // tables[task]["batch_size"])
         checks = implementation_checks(asset["digits"], config, generator)
     return Result(tables=tables, checks=checks, example=example)
 
@@ -329,6 +350,44 @@ def penalty_control(table: pd.DataFrame, eps: float) -> tuple[stats.Estimate, fl
     return rank_test(both["penalty"], both[f"pgd_{eps:g}"], "greater")
 
 
+def smoothing_power(matched: pd.DataFrame, eps: float) -> stats.Estimate:
+    """Power control: attacked top-k intersection of each matched model's smoother twin
+    (``SMOOTH_ALPHA``) minus the model's own, on the points both classify correctly, paired over
+    the trained models (95 % t interval)."""
+    sub = matched[np.isfinite(matched[f"smooth_pgd_{eps:g}"]) & np.isfinite(matched[f"base_pgd_{eps:g}"])]
+    return stats.paired_difference(sub[f"smooth_pgd_{eps:g}"], sub[f"base_pgd_{eps:g}"], level=0.95,
+                                   unit="trained models (model vs its smoother twin)")
+
+
+def partial_spearman(x, y, z, *, level: float = 0.90, alternative: str = "greater") -> tuple[stats.Estimate, float]:
+    """Partial Spearman correlation of ``x`` and ``y`` given covariates ``z`` (columns): the Pearson
+    correlation of the residuals of rank(x) and rank(y) after a least-squares fit on rank(z) and a
+    constant; Fisher-z interval with ``se^2 = 1.06 / (n - 3 - q)`` (``stats.spearman``'s, with q
+    covariates) and the t-test p-value on ``n - 2 - q`` degrees of freedom. Undefined (void
+    estimate, p = 1) under 5 + q units or a constant variable."""
+    import scipy.stats
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    z = np.asarray(z, float).reshape(len(x), -1)
+    n, q = len(x), z.shape[1]
+    if n < 5 + q or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return stats.Estimate(0.0, -1.0, 1.0, level, "trained models", n, "undefined (too few units or a constant variable)"), 1.0
+    R = np.column_stack([np.ones(n)] + [scipy.stats.rankdata(c) for c in z.T])
+    rx, ry = scipy.stats.rankdata(x), scipy.stats.rankdata(y)
+    ex = rx - R @ np.linalg.lstsq(R, rx, rcond=None)[0]
+    ey = ry - R @ np.linalg.lstsq(R, ry, rcond=None)[0]
+    if np.ptp(ex) < 1e-12 or np.ptp(ey) < 1e-12:
+        return stats.Estimate(0.0, -1.0, 1.0, level, "trained models", n, "undefined (a covariate determines a variable)"), 1.0
+    r = float(np.clip(np.corrcoef(ex, ey)[0, 1], -1 + 1e-12, 1 - 1e-12))
+    zq = scipy.stats.norm.ppf(0.5 + level / 2) * np.sqrt(1.06 / (n - 3 - q))
+    est = stats.Estimate(r, float(np.tanh(np.arctanh(r) - zq)), float(np.tanh(np.arctanh(r) + zq)), level,
+                         "trained models", n, f"partial Spearman rho given {q} covariate(s), Fisher-z interval (se^2 = 1.06 / (n - 3 - q))")
+    df = n - 2 - q
+    t = r * np.sqrt(df / (1 - r * r))
+    p = {"greater": scipy.stats.t.sf(t, df), "less": scipy.stats.t.cdf(t, df), "two-sided": 2 * scipy.stats.t.sf(abs(t), df)}[alternative]
+    return est, float(p)
+
+
 def headroom(matched: pd.DataFrame, eps: float) -> stats.Estimate:
     """Mean attacked top-k intersection over the accuracy-matched models (t interval)."""
     return stats.mean_interval(matched[f"pgd_{eps:g}"], unit="trained models")
@@ -364,6 +423,18 @@ def measurements(result: Result, config: Config) -> dict:
         m["by_rank_measure"] = {
             "Spearman of the maps": rank_test(matched["eta_over_b"], matched[f"pgd_rank_{eps:g}"], "greater"),
             "Kendall tau of the maps": rank_test(matched["eta_over_b"], matched[f"kendall_{eps:g}"], "greater")}
+        m["by_normalisation"] = {
+            "attacked / random intersection": rank_test(matched["eta_over_b"], matched[f"pgd_over_random_{eps:g}"], "greater"),
+            "random-perturbation intersection": rank_test(matched["eta_over_b"], matched[f"random_{eps:g}"], "greater")}
+        steps = np.log(matched["steps"]) if "steps" in matched else None
+        m["partial"] = {
+            "final training loss": partial_spearman(matched["eta_over_b"], matched[f"pgd_{eps:g}"], matched["final_loss"]),
+            "log training steps": (partial_spearman(matched["eta_over_b"], matched[f"pgd_{eps:g}"], steps)
+                                   if steps is not None else (stats.Estimate(0.0, -1.0, 1.0, 0.9, "trained models", 0, "undefined"), 1.0))}
+        m["chance"] = float(table["chance"].iloc[0])
+        m["normalised"] = stats.mean_interval(matched[f"pgd_over_random_{eps:g}"], unit="trained models")
+        if np.isfinite(matched[f"smooth_pgd_{eps:g}"]).sum() >= 2:
+            m["smoothing"] = smoothing_power(matched, eps)
         m["sanity"] = attack_sanity(table, eps)
         m["headroom"] = headroom(matched, eps)
         m["best_accuracy"] = float(table[table["family"] == "sgd"].groupby(["eta", "batch_size"])["test_accuracy"].mean().max())
