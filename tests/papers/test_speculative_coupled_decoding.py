@@ -11,7 +11,7 @@ from compendium.papers import speculative_coupled_decoding as paper
 
 TINY_LM = paper.TrainSettings(n_embd=8, n_layer=1, n_head=2, steps=3, batch_size=8)
 TINY = dict(lossless_samples=1000, lossless_seeds=1, coupling_draws=1000, markov_sequences=10, markov_seeds=2,
-            markov_length=8, window=4, prompts=10, samples_per_prompt=1, timing_prompts=1)
+            markov_length=8, window=4, prompts=10, samples_per_prompt=1, timing_prompts=1, joint_samples=1000)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -334,7 +334,10 @@ def test_bad_inputs_raise():
         paper.random_ngram(3, 1, 0.0, np.random.default_rng(0))
 
 
-def test_tiny_run_is_deterministic(tiny_lm):
+def test_tiny_run_is_deterministic(tiny_lm, monkeypatch):
+    from compendium.papers.speculative_coupled_decoding import experiment
+
+    monkeypatch.setattr(experiment, "JOINT_PROMPTS", 1)  # keep the test fast: one prefix
     lm = paper.DigitsLM.load(tiny_lm)
     config = paper.Config(**TINY)
     first, second = paper.run(config, lm), paper.run(config, lm)
@@ -352,8 +355,11 @@ def test_tiny_run_is_deterministic(tiny_lm):
     for field in dataclasses.fields(paper.LMResult):
         if field.name != "timing":
             assert same(getattr(first.lm, field.name), getattr(second.lm, field.name)), field.name
-    assert first.markov_tokens_per_forward.shape == (3, 2, 3)
-    assert first.lm.tokens_per_forward.shape == (10, 4)
+    assert first.markov_tokens_per_forward.shape == (3, 2, len(paper.SPEED_METHODS))
+    assert first.lm.tokens_per_forward.shape == (10, len(paper.LM_METHODS))
+    assert set(first.lm.joint["tests"]) == set(paper.JOINT_SAMPLERS)
+    assert len(first.lm.joint["prefix_lengths"]) == 1
+    assert all(0 <= t["p_value"] <= 1 and t["dof"] >= 0 for t in first.lm.joint["tests"].values())
     assert np.all(first.lm.tokens_per_forward[:, 0] == 1.0)  # AR: one token per pass
     assert first.lm.gumbel_replay_mismatches == 0 and first.lossless_gumbel_replay_mismatches == 0
     assert set(first.lossless) == set(paper.LOSSLESS_SAMPLERS)
@@ -401,3 +407,55 @@ def test_holm_is_the_shared_one():
     from compendium import stats
 
     assert paper.holm is stats.holm
+
+
+# ---------------------------------------------------------------- round-2 checks
+def test_redrawn_control_has_sjd_speed_and_coupling_does_not():
+    model = chain(vocab=16, order=1, alpha=1.0, seed=1)
+    tpf = {m: paper.decode(model, m, 32, 16, 8, np.random.default_rng(0), batch=150).tokens_per_forward.mean()
+           for m in ("sjd", "scd_maximal", "scd_redrawn")}
+    assert abs(tpf["scd_redrawn"] / tpf["sjd"] - 1) < 0.08  # same law as SJD: no speed-up
+    assert tpf["scd_maximal"] > 1.2 * tpf["scd_redrawn"]
+
+
+def test_placebo_and_envelope_estimates():
+    rng = np.random.default_rng(5)
+    tpf = np.empty((3, 6, 2))
+    tpf[..., 0] = rng.uniform(1.5, 2.5, (3, 6))
+    tpf[..., 1] = tpf[..., 0] * rng.uniform(0.97, 1.03, (3, 6))
+    ests = paper.placebo_estimates(tpf, num=1)
+    np.testing.assert_allclose([e.point for e in ests], (tpf[..., 1] / tpf[..., 0] - 1).mean(1))
+    assert abs(ests[0].level - (1 - 0.10 / 3)) < 1e-12
+    env = paper.envelope_estimate(ests, 0.90)
+    assert env.low == min(e.low for e in ests) and env.high == max(e.high for e in ests)
+    assert abs(env.point) == max(abs(e.point) for e in ests) and env.level == 0.90
+    with pytest.raises(ValueError):
+        paper.envelope_estimate([], 0.9)
+
+
+def test_exact_joint_test_passes_exact_samplers_and_rejects_biased_ones():
+    model = chain(vocab=4, order=1, alpha=1.0, seed=2)
+    prefix = np.array([1, 2])
+    exact = paper.exact_continuations(model, prefix, 3)
+    seqs = paper.all_sequences(4, 3)
+    brute = np.ones(len(seqs))  # one position at a time, an independent path through the model
+    for t in range(3):
+        full = np.concatenate([np.broadcast_to(prefix, (len(seqs), 2)), seqs], axis=1)
+        brute *= model(full, np.full((len(seqs), 1), 2 + t))[:, 0][np.arange(len(seqs)), seqs[:, t]]
+    np.testing.assert_allclose(exact, brute, rtol=1e-12)
+    batch = np.broadcast_to(prefix, (20_000, 2)).copy()
+    for method in ("ar", "scd_maximal"):
+        out = paper.decode(model, method, 3, 4, 3, np.random.default_rng(11), prefix=batch)
+        assert paper.joint_test([out.tokens], [exact], 4)["p_value"] > 1e-3, method
+    hot = paper.Tempered(model, 1.1)  # a deliberately biased sampler, as in the chapter's control
+    biased = paper.decode(hot, "ar", 3, 4, 3, np.random.default_rng(3), prefix=batch)
+    hot_exact = paper.exact_continuations(hot, prefix, 3)
+    both = paper.exact_continuations(model, prefix, 3, (1.0, 1.1))
+    np.testing.assert_allclose(both[0], exact, rtol=1e-12)
+    np.testing.assert_allclose(both[1], hot_exact, rtol=1e-10)
+    assert 0.005 < 0.5 * np.abs(hot_exact - exact).sum() < 0.2
+    assert paper.joint_test([biased.tokens], [exact], 4)["p_value"] < 1e-3
+    assert paper.joint_test([biased.tokens], [hot_exact], 4)["p_value"] > 1e-3
+    rng = np.random.default_rng(4)
+    assert paper.simulated_power([exact], [hot_exact], 20_000, rng, replicates=20) >= 0.8
+    assert paper.simulated_power([exact], [exact], 2_000, rng, replicates=40) <= 0.15  # the test's size

@@ -29,7 +29,8 @@ verification step run on every position, i.e. without its ``break``) or by the s
 Gumbel coupling ``d'_k = argmax_v(log p_k(v) + G_k(v))`` with one Gumbel row ``G_k`` per
 position. In both cases the stored draft distribution becomes ``q_k := p_k`` (the marginal of
 ``d'_k``); keeping the old ``q_k`` for a kept draft breaks losslessness (``scd_stale``, the
-negative control). Plain AR sampling is :func:`~.decoding.autoregressive_decode`; every sampler
+negative control). ``scd_redrawn`` redraws every window draft from its stored ``q_k`` before each
+pass: SJD's law reached through SCD's code, the control that must not be faster than SJD. Plain AR sampling is :func:`~.decoding.autoregressive_decode`; every sampler
 counts forward passes (NFE).
 
 Targets: exact n-gram Markov chains (:class:`compendium.ngram.NGramModel`), whose sequence probabilities
@@ -68,6 +69,13 @@ from .decoding import (
 from .digits_lm import PIXEL_LEVELS, DigitsLM, TrainSettings, build_asset, digit_sequences, quantize, settings_for
 from .experiment import (
     COUPLING_PAIRS,
+    JOINT_LENGTH,
+    JOINT_LEVEL,
+    JOINT_PROMPTS,
+    JOINT_SAMPLERS,
+    JOINT_TEMPERATURE,
+    PLACEBO_DIGITS_MARGIN,
+    PLACEBO_RATIO_MARGIN,
     LM_METHODS,
     LM_TESTED,
     LOSSLESS_LENGTH,
@@ -80,9 +88,17 @@ from .experiment import (
     Config,
     LMResult,
     Result,
+    Tempered,
+    simulated_power,
+    envelope_estimate,
+    exact_continuations,
+    joint_prefixes,
+    joint_test,
     mean_acceptance,
+    placebo_estimates,
     run,
     run_coupling,
+    run_joint,
     run_lossless,
     run_markov_speed,
     run_transformer,

@@ -20,6 +20,9 @@ Jacobi iteration with speculative verification, window ``L``, committed length `
      Gumbel row ``G_k`` fixed per absolute position for the whole decode;
    - ``scd_stale``: ``scd_maximal`` that stores the old ``q_k`` for a kept draft instead of
      ``p_k`` (a deliberate bug, the negative control);
+   - ``scd_redrawn``: ``scd_maximal`` whose window drafts are redrawn independently from their
+     stored ``q_k`` before every pass (the speed control: the coupled draft keeps its law but
+     loses its memory of the previous draft, so the sampler has SJD's law and must not be faster);
 
    the stored draft distribution becomes ``q_k := p_k``;
 4. positions that enter the window for the first time get a uniform random token with a
@@ -38,7 +41,7 @@ from ...speculative import (acceptance_ratio, categorical, maximal_coupling, res
 
 ProbsFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
-METHODS = ("sjd", "scd_maximal", "scd_gumbel", "scd_stale")
+METHODS = ("sjd", "scd_maximal", "scd_gumbel", "scd_stale", "scd_redrawn")
 
 
 # ---------------------------------------------------------------------------- primitives
@@ -150,7 +153,7 @@ def jacobi_decode(probs_fn: ProbsFn, length: int, vocab: int, window: int, metho
         ``(tokens (R, P+T), positions (R, W)) -> (R, W, V)`` next-token distributions.
     length, vocab, window : int
         Tokens to generate ``T``, vocabulary ``V``, Jacobi window ``L``.
-    method : {'sjd', 'scd_maximal', 'scd_gumbel', 'scd_stale'}
+    method : {'sjd', 'scd_maximal', 'scd_gumbel', 'scd_stale', 'scd_redrawn'}
     rng : numpy.random.Generator
         Randomness of every method except ``scd_gumbel``, which takes all of it from ``noise``.
     batch : int, optional
@@ -197,6 +200,9 @@ def jacobi_decode(probs_fn: ProbsFn, length: int, vocab: int, window: int, metho
         pos = n[active, None] + rel  # (R, L) window positions
         valid = pos < T
         pos_c = np.minimum(pos, T - 1)
+        if method == "scd_redrawn":  # forget the previous draft: a fresh draw from its stored law
+            r_rows = np.broadcast_to(active[:, None], pos.shape)[valid]
+            tokens[r_rows, P + pos[valid]] = categorical(q[r_rows, pos[valid]], rng)
         p = probs_fn(tokens[active], P + pos_c)  # (R, L, V): one forward pass per active row
         d = tokens[active[:, None], P + pos_c]  # current drafts
         qw = q[active[:, None], pos_c]
@@ -210,7 +216,7 @@ def jacobi_decode(probs_fn: ProbsFn, length: int, vocab: int, window: int, metho
         later = valid & (rel > first[:, None])  # drafts made stale by the rejection: redraft
         # positions that take a residual draw: the first rejection, and for the maximal coupling
         # (SJD without its break) every later position whose draft fails the same test
-        coupled = method in ("scd_maximal", "scd_stale")
+        coupled = method in ("scd_maximal", "scd_stale", "scd_redrawn")
         need = at_first | (later & ~accept) if coupled else at_first
         new_tok = d.copy()
         if need.any():

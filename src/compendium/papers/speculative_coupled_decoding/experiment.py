@@ -13,7 +13,8 @@ from ...runtime import make_rng
 from ...stats import Estimate, holm, mean_interval, paired_difference
 from ...speculative import categorical, maximal_coupling, total_variation
 from .decoding import NoiseTable, decode, gumbel_agreement, gumbel_coupling
-from ...ngram import homogeneity_test, pooled_chisquare, random_ngram, sequence_index, sequence_probabilities
+from ...ngram import (all_sequences, homogeneity_test, pooled_chisquare, random_ngram, sequence_index,
+                      sequence_probabilities)
 
 # lossless check: an order-2 chain over 3 tokens, 5 tokens long (243 sequences), window 3
 LOSSLESS_VOCAB, LOSSLESS_ORDER, LOSSLESS_LENGTH, LOSSLESS_WINDOW, LOSSLESS_ALPHA = 3, 2, 5, 3, 1.0
@@ -23,18 +24,32 @@ COUPLING_VOCAB = 8
 COUPLING_PAIRS = ((0.5, 0.1), (0.5, 0.3), (0.5, 0.6), (0.5, 1.0), (2.0, 1.0), (0.2, 1.0))
 # speed on first-order Markov chains: (vocabulary, Dirichlet alpha)
 MARKOV_SETTINGS = ((16, 1.0), (16, 0.1), (64, 0.3))
-SPEED_METHODS = ("sjd", "scd_maximal", "scd_gumbel")
+SPEED_METHODS = ("sjd", "scd_maximal", "scd_gumbel", "scd_redrawn")  # scd_redrawn: the speed control
+# speed control: SCD-maximal with its drafts redrawn from their stored law before every pass has
+# SJD's law, so its tokens per pass must match SJD's: ratio within 1 +- PLACEBO_RATIO_MARGIN on the
+# chains, paired difference within +- PLACEBO_DIGITS_MARGIN tokens per pass on the transformer
+PLACEBO_RATIO_MARGIN, PLACEBO_DIGITS_MARGIN = 0.10, 0.15
 # digits transformer: prompt = class token + the first pixel row
 PROMPT_PIXELS = 8
-LM_METHODS = ("ar", "sjd", "scd_maximal", "scd_gumbel")
+LM_METHODS = ("ar", "sjd", "scd_maximal", "scd_gumbel", "scd_redrawn")
 # samplers scored by the whole-sequence likelihood test on the transformer (stale-q: the control)
 REPLAY_ROWS = 64  # sequences re-decoded for the Gumbel determinism check on the transformer
 LM_TESTED = ("ar", "sjd", "scd_maximal", "scd_gumbel", "scd_stale")
+# exact joint test on the transformer: JOINT_PROMPTS held-out prefixes, JOINT_LENGTH tokens
+# generated (16**3 = 4096 sequences, each with its exact probability), window JOINT_LENGTH
+JOINT_PROMPTS, JOINT_LENGTH = 4, 3
+# ar_tempered: draws from the exact law of AR sampling at temperature JOINT_TEMPERATURE, a
+# deliberately biased sampler of known law (the power control of the joint test)
+JOINT_TEMPERATURE, JOINT_LEVEL = 1.2, 0.01
+# (SJD is left out for cost: its transformer law is checked by the score test, and on the chain)
+JOINT_SAMPLERS = ("ar", "scd_maximal", "scd_gumbel", "ar_tempered")
+_JOINT_STREAMS = ("ar", "sjd", "scd_maximal", "scd_gumbel", "ar_tempered")  # rng stream per sampler
 
 _RANGES = {
     "lossless_samples": (1000, 1_000_000), "lossless_seeds": (1, 20), "coupling_draws": (1000, 10_000_000),
     "markov_sequences": (10, 10_000), "markov_seeds": (2, 50), "markov_length": (8, 512), "window": (1, 64),
     "prompts": (10, 297), "samples_per_prompt": (1, 50), "timing_prompts": (1, 297),
+    "joint_samples": (1000, 1_000_000),
 }
 
 
@@ -54,6 +69,8 @@ class Config:
         Jacobi window ``L`` for the Markov speed check and the transformer.
     prompts, samples_per_prompt, timing_prompts : int
         Held-out digit prompts, completions per prompt, prompts timed one at a time.
+    joint_samples : int
+        Sequences per sampler and prefix for the exact joint test on the transformer.
     seed : int
     """
 
@@ -67,6 +84,7 @@ class Config:
     prompts: int = 200
     samples_per_prompt: int = 1
     timing_prompts: int = 5
+    joint_samples: int = 10000
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -93,6 +111,7 @@ class LMResult:
     prompts: np.ndarray  # (prompts, 65) the held-out digits the prompts come from
     gumbel_replay_mismatches: int  # differing tokens + NFEs when SCD-Gumbel is rerun on its noise table
     model_metrics: dict
+    joint: dict  # exact joint test on short continuations (see run_joint)
     timing: dict = field(compare=False, default_factory=dict)  # wall clock: prose only
 
 
@@ -233,6 +252,32 @@ def smallest_estimate(estimates: list[Estimate], level: float) -> Estimate:
                     f"smallest of {len(estimates)} Bonferroni t intervals")
 
 
+def envelope_estimate(estimates: list[Estimate], level: float) -> Estimate:
+    """One interval that holds every ``theta_i`` from simultaneous intervals of each ``theta_i``.
+
+    If every ``[l_i, h_i]`` covers its ``theta_i``, all of them lie in ``[min_i l_i, max_i h_i]``;
+    with Bonferroni-level intervals this covers with probability at least ``level``. The point is
+    the point estimate farthest from 0 (for an equivalence check of differences from 0).
+    """
+    if not estimates:
+        raise ValueError("need at least one estimate")
+    far = max(estimates, key=lambda e: abs(e.point))
+    return Estimate(far.point, min(e.low for e in estimates), max(e.high for e in estimates), level, far.unit,
+                    min(e.n for e in estimates), f"envelope of {len(estimates)} Bonferroni t intervals")
+
+
+def placebo_estimates(tokens_per_forward: np.ndarray, *, num: int, den: int = 0,
+                      level: float = 0.90) -> list[Estimate]:
+    """Per-setting t intervals of ``tpf[..., num] / tpf[..., den] - 1`` (paired per chain), each at
+    level ``1 - (1 - level) / settings`` so that they hold jointly with probability ``level``."""
+    tpf = np.asarray(tokens_per_forward, dtype=float)
+    if tpf.ndim != 3 or tpf.shape[1] < 2:
+        raise ValueError(f"need (settings, seeds >= 2, methods), got shape {tpf.shape}")
+    each = 1 - (1 - level) / tpf.shape[0]
+    return [mean_interval(tpf[i, :, num] / tpf[i, :, den] - 1.0, level=each, unit="Markov chains (seeds)")
+            for i in range(tpf.shape[0])]
+
+
 def sequence_score_test(lm, prefix: np.ndarray, tokens: np.ndarray) -> dict:
     """Whole-sequence likelihood test that ``tokens`` were sampled from ``lm`` given ``prefix``.
 
@@ -289,14 +334,14 @@ def run_transformer(config: Config, lm) -> LMResult:
     batch = np.repeat(prompts, k, axis=0)
     outs, noise = {}, None
     for j, method in enumerate(LM_METHODS):
-        rng = make_rng(config.seed, 4, j)
+        rng = make_rng(config.seed, 4, j if j < 4 else 10 + j)  # 4 is the stale control's stream
         if method == "scd_gumbel":
             noise = NoiseTable.draw(len(batch), T, V, rng)
         if method == "ar":  # with a KV cache: the same law, NFE = T, a fraction of the compute
             outs[method] = lm.sample_autoregressive(batch, T, rng)
         else:
             outs[method] = decode(lm, method, T, V, config.window, rng, prefix=batch, noise=noise)
-    stale = decode(lm, "scd_stale", T, V, config.window, make_rng(config.seed, 4, len(LM_METHODS)), prefix=batch)
+    stale = decode(lm, "scd_stale", T, V, config.window, make_rng(config.seed, 4, 4), prefix=batch)
     # replay SCD-Gumbel on its noise table with another generator (the first REPLAY_ROWS rows suffice)
     sub = slice(0, min(REPLAY_ROWS, len(batch)))
     sub_noise = NoiseTable(noise.draft_gumbel[sub], noise.residual_gumbel[sub], noise.accept_uniform[sub])
@@ -314,7 +359,127 @@ def run_transformer(config: Config, lm) -> LMResult:
                     acceptance=acceptance,
                     samples={m: o.tokens for m, o in outs.items()}, prompts=full,
                     gumbel_replay_mismatches=replay, model_metrics=dict(lm.metadata.get("metrics", {})),
+                    joint=run_joint(config, lm),
                     timing=time_decoders(lm, prompts[: config.timing_prompts], T, config.window, config.seed))
+
+
+def joint_prefixes(lm, count: int, candidates: int, length: int = JOINT_LENGTH) -> np.ndarray:
+    """Held-out prefixes whose next ``length`` pixels are the most uncertain under the model.
+
+    For each of the first ``candidates`` held-out digits, one forward pass gives the model's
+    distribution at every pixel; the cut ``c`` (after the first pixel row, with ``length``
+    pixels left) maximises the summed entropy at ``c .. c + length - 1``. The ``count`` digits
+    with the largest such sum are kept: prefixes ``full[i, :c]``, returned as a list of arrays
+    of shape ``(c,)`` (the lengths differ). Deterministic given the model.
+    """
+    _, full = lm.prompts(candidates, PROMPT_PIXELS)
+    S = full.shape[1]
+    positions = np.broadcast_to(np.arange(1, S), (len(full), S - 1))
+    probs = lm(full, positions)  # (N, S - 1, V): position t at index t - 1
+    entropy = -(probs * np.log(np.clip(probs, 1e-300, None))).sum(-1)
+    cuts = np.arange(1 + PROMPT_PIXELS, S - length + 1)  # first generated position
+    window_h = np.stack([entropy[:, c - 1:c - 1 + length].sum(1) for c in cuts], axis=1)  # (N, cuts)
+    best = window_h.argmax(1)
+    order = np.argsort(-window_h[np.arange(len(full)), best], kind="stable")[:count]
+    return [full[i, :cuts[best[i]]] for i in order]
+
+
+def exact_continuations(lm, prefix: np.ndarray, length: int, temperatures=(1.0,)):
+    """Exact probabilities of all ``V**length`` continuations of ``prefix`` under ``lm``.
+
+    Every continuation is scored in one forward pass: ``P(x) = prod_t p_t(x_t | prefix, x_<t)``.
+    Rows are in :func:`~compendium.ngram.sequence_index` order, shape ``(V**length,)``. With
+    several ``temperatures``, a list with the law of AR sampling at each temperature (the
+    conditionals ``p_t ** (1 / temperature)``, renormalised), from the same forward pass; with
+    the default, the one array.
+    """
+    V = lm.vocab
+    prefix = np.asarray(prefix, dtype=np.int64)
+    seqs = all_sequences(V, length)
+    full = np.concatenate([np.broadcast_to(prefix, (len(seqs), prefix.size)), seqs], axis=1)
+    positions = np.broadcast_to(prefix.size + np.arange(length), (len(seqs), length))
+    probs = np.asarray(lm(full, positions), dtype=float)  # (V**length, length, V)
+    laws = []
+    for temperature in temperatures:
+        cond = probs ** (1.0 / temperature)
+        cond /= cond.sum(-1, keepdims=True)
+        law = np.take_along_axis(cond, seqs[..., None], axis=-1)[..., 0].prod(axis=1)
+        laws.append(law / law.sum())
+    return laws[0] if tuple(temperatures) == (1.0,) else laws
+
+
+class Tempered:
+    """``lm`` at a temperature: ``p_T(v) ∝ p(v) ** (1 / temperature)`` (same calling convention)."""
+
+    def __init__(self, lm, temperature: float):
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        self.lm, self.temperature, self.vocab = lm, float(temperature), lm.vocab
+
+    def __call__(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        p = np.asarray(self.lm(tokens, positions), dtype=float) ** (1.0 / self.temperature)
+        return p / p.sum(-1, keepdims=True)
+
+
+def joint_test(samples: list, exact: list, vocab: int) -> dict:
+    """Pearson test of sampled continuations against their exact joint law, pooled over prefixes.
+
+    ``samples[i]`` (N_i, T) are continuations of prefix ``i`` and ``exact[i]`` (V**T,) their exact
+    law. Each prefix gets :func:`~compendium.ngram.pooled_chisquare` (cells expected below 5 pooled);
+    the statistics and degrees of freedom are summed (independent samples).
+    """
+    stat, dof = 0.0, 0
+    for tokens, probs in zip(samples, exact):
+        counts = np.bincount(sequence_index(np.asarray(tokens), vocab), minlength=probs.size)
+        s, d, _ = pooled_chisquare(counts, probs)
+        stat, dof = stat + s, dof + d
+    p_value = float(scipy.stats.chi2.sf(stat, dof)) if dof > 0 else 1.0  # no cell big enough: no test
+    return {"statistic": float(stat), "dof": int(dof), "p_value": p_value}
+
+
+def simulated_power(exact: list, alternative: list, samples: int, rng: np.random.Generator, *,
+                    level: float = JOINT_LEVEL, replicates: int = 200) -> float:
+    """Monte Carlo power of :func:`joint_test` at ``level`` against an alternative law.
+
+    Each replicate draws ``samples`` continuations per prefix from ``alternative[i]`` and runs the
+    test against ``exact[i]``; the power is the fraction rejected. (A noncentral chi-square
+    approximation overstates it badly for tables this sparse.)
+    """
+    hits = 0
+    for _ in range(replicates):
+        stat, dof = 0.0, 0
+        for a, p in zip(alternative, exact):
+            s, d, _ = pooled_chisquare(rng.multinomial(samples, a / a.sum()).astype(float), p)
+            stat, dof = stat + s, dof + d
+        hits += dof > 0 and scipy.stats.chi2.sf(stat, dof) < level
+    return hits / replicates
+
+
+def run_joint(config: Config, lm) -> dict:
+    """Exact joint test on the transformer: every sampler of :data:`JOINT_SAMPLERS` draws
+    ``config.joint_samples`` continuations of ``JOINT_LENGTH`` pixels (window ``JOINT_LENGTH``)
+    after each of :data:`JOINT_PROMPTS` prefixes, compared with the exact law of all continuations."""
+    prefixes = joint_prefixes(lm, JOINT_PROMPTS, config.prompts)
+    V, N, T = lm.vocab, config.joint_samples, JOINT_LENGTH
+    exact, tempered = zip(*(exact_continuations(lm, pre, T, (1.0, JOINT_TEMPERATURE)) for pre in prefixes))
+    seqs = all_sequences(V, T)
+    tests = {}
+    for method in JOINT_SAMPLERS:
+        samples = []
+        for i, pre in enumerate(prefixes):
+            rng = make_rng(config.seed, 7, _JOINT_STREAMS.index(method), i)
+            batch = np.broadcast_to(pre, (N, pre.size)).copy()
+            if method == "ar":
+                samples.append(lm.sample_autoregressive(batch, T, rng).tokens)
+            elif method == "ar_tempered":  # the exact law of tempered AR sampling, drawn directly
+                samples.append(seqs[rng.choice(len(seqs), size=N, p=tempered[i])])
+            else:
+                samples.append(decode(lm, method, T, V, T, rng, prefix=batch).tokens)
+        tests[method] = joint_test(samples, exact, V)
+    return {"tests": tests, "prefix_lengths": [int(p.size) for p in prefixes],
+            "tempered_power": simulated_power(exact, tempered, N, make_rng(config.seed, 7, 99)),
+            "tempered_tv": float(np.mean([0.5 * np.abs(a - b).sum() for a, b in zip(tempered, exact)])),
+            "entropy_nats": [float(-(e * np.log(np.clip(e, 1e-300, None))).sum()) for e in exact]}
 
 
 def time_decoders(lm, prompts: np.ndarray, length: int, window: int, seed: int) -> dict:
