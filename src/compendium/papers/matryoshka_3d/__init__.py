@@ -53,20 +53,17 @@ Small-scale deviations
   2600 steps (about 14 minutes of CPU); on batches of 16 it had stopped at 0.325 after 2500 steps
   (the chapter's Limits give the probes). The full assets take about 27 minutes of CPU in all.
 - Smoke scale: a smaller training pool and far fewer steps (see ``model.settings_for``).
-- Ceiling controls: a width-8-only and a layer-2-only model (all the loss at that width or exit),
-  trained from stage 0 with the variants' budget and batches (``matryoshka_3d_ceiling``,
-  ``build_ceiling``): they show whether the headline bars are reachable by this recipe at all.
 - Stage 0 is one workflow asset (``matryoshka_3d_stage0``, ``build_stage0``) and each stage-1
   variant another (``matryoshka_3d_<variant>``, ``build_<variant>``), which requires it: Snakemake
   builds stage 0 first, then the six variants, in parallel where cores allow.
 """
 
 from .data import RetrievalSet, Task, TaskSpec, TrainingPool, make_retrieval_set, make_task, render, token_of
-from .experiment import (EQUIVALENCE_MARGIN, HEADLINE_EFFECTS, PAPER_WEIGHTS_1024, Config, Result, ceiling_reading, cube_recall,
+from .experiment import (EQUIVALENCE_MARGIN, HEADLINE_EFFECTS, PAPER_WEIGHTS_1024, Config, Result, cube_recall,
                          equivalence, measurements, monotonicity_violations, paired_gain, rank_frequency_test, run,
                          svd_init_gap)
-from .model import (CEILING_ASSET, CEILINGS, LABELS, STAGE0_ASSET, TEMPERATURE, VARIANT_ASSETS, VARIANTS, AssetSettings, Encoder,
+from .model import (LABELS, STAGE0_ASSET, TEMPERATURE, VARIANT_ASSETS, VARIANTS, AssetSettings, Encoder,
                     EncoderSettings, FactorizedEmbedding, Variant, asset_dirs, build_fixed_rank, build_mel,
-                    build_ceiling, build_ml3d, build_mll, build_mrl, build_plain, build_stage0, build_variant, contrastive_terms,
+                    build_ml3d, build_mll, build_mrl, build_plain, build_stage0, build_variant, contrastive_terms,
                     dev_recall, encode, load_assets, mel_ranks, mll_layers, mrl_dims, mrl_weights, pad_batch, rank_probabilities, recall_at_1,
                     sample_rank, settings_for, task_for, train_stage0, train_variant, variant, variant_loss)

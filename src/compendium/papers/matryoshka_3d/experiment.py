@@ -15,11 +15,11 @@ from compendium.stats import Estimate, mean_interval, tost
 from compendium.validation import require_int
 
 from . import data as D
-from .model import (CEILINGS, VARIANTS, Encoder, FactorizedEmbedding, _rng, contrastive_terms, encode, mel_ranks, mll_layers, pad_batch,
+from .model import (VARIANTS, Encoder, FactorizedEmbedding, _rng, contrastive_terms, encode, mel_ranks, mll_layers, pad_batch,
                     mrl_dims, mrl_weights, rank_probabilities, recall_at_1, sample_rank, task_for, variant)
 
 __all__ = ["Config", "Result", "run", "cube_recall", "svd_init_gap", "rank_frequency_test", "monotonicity_violations",
-           "paired_gain", "equivalence", "measurements", "ceiling_reading", "PAPER_WEIGHTS_1024", "HEADLINE_EFFECTS", "EQUIVALENCE_MARGIN"]
+           "paired_gain", "equivalence", "measurements", "PAPER_WEIGHTS_1024", "HEADLINE_EFFECTS", "EQUIVALENCE_MARGIN"]
 
 # The criteria fixed by the issue before any run (R@1 as a fraction).
 HEADLINE_EFFECTS = {"mrl": 0.15, "mll": 0.20, "mel": 0.10}
@@ -138,7 +138,7 @@ def run(config: Config, models: dict, stage0: Encoder, settings, meta: dict, dev
                  high_resource=task.spec.high_resource)
     L, M = len(exits) - 1, len(dims) - 1
     with torch.no_grad():
-        for name in VARIANTS + tuple(c for c in CEILINGS if c in models):
+        for name in VARIANTS:
             spec = variant(name, enc)
             cubes, langs = [], []
             for model in models[name]:
@@ -187,26 +187,6 @@ def run(config: Config, models: dict, stage0: Encoder, settings, meta: dict, dev
     return res
 
 
-def ceiling_reading(ceiling: str, claim: str, label: str, calibrated: bool = True) -> str:
-    """The sentence that says what a claim's own verdict means given its ceiling control's verdict
-    (``calibrated``: whether the stage-0 precondition passed; without it neither row says anything)."""
-    if not calibrated:
-        return ("stage 0 is not calibrated in this run (its precondition did not pass), so neither the ceiling "
-                f"nor {label} says anything about the method")
-    if ceiling != "pass" and claim == "pass":
-        return (f"{label} clears the bar while its ceiling control does not ({ceiling}), so the pass is not backed "
-                "by the control (unsupported)")
-    if ceiling == "pass":
-        return {"pass": f"the bar is reachable at this scale and {label} reaches it",
-                "fail": f"the bar is reachable at this scale and {label} falls short of it",
-                }.get(claim, f"the bar is reachable at this scale; whether {label} reaches it is not decided")
-    if ceiling == "fail":
-        return (f"even the model trained only at that size does not clear the bar with this budget, so the bar is "
-                f"out of reach at this scale and {label}'s own verdict says nothing about the method (unsupported)")
-    return (f"whether the bar is reachable at this scale is not decided, so {label}'s own verdict is not "
-            f"informative (unsupported)")
-
-
 # ------------------------------------------------------------------------------------ measurements
 def measurements(res: Result) -> dict:
     """Every number a verdict depends on (R@1 as fractions; gains in R@1 points / 100)."""
@@ -219,21 +199,13 @@ def measurements(res: Result) -> dict:
     pairs = {"mrl": (c["mrl"][:, 0, L, m8], c["plain"][:, 0, L, m8]),     # width 8, last layer
              "mll": (c["mll"][:, 0, e2, M], c["plain"][:, 0, e2, M]),     # exit layer 2, full width
              "mel": (c["mel"][:, r4, L, M], c["fixed_rank"][:, r4, L, M])}  # rank r/4, full width, last layer
-    if all(name in c for name in CEILINGS):                              # the same cells as the claims'
-        pairs["ceiling_w8"] = (c["width8_only"][:, 0, L, m8], c["plain"][:, 0, L, m8])
-        pairs["ceiling_l2"] = (c["layer2_only"][:, 0, e2, M], c["plain"][:, 0, e2, M])
     comparator = {"mrl": "plain", "mll": "plain", "mel": "fixed_rank"}
     out = {"plain_full": mean_interval(full["plain"], unit="training seeds")}
-    bar = {**HEADLINE_EFFECTS, "ceiling_w8": HEADLINE_EFFECTS["mrl"], "ceiling_l2": HEADLINE_EFFECTS["mll"]}
     for key, (a, b) in pairs.items():
         out[f"{key}_gain"] = paired_gain(a, b)
         out[f"{key}_per_seed"] = a - b
-        out[f"{key}_each_agrees"] = bool(np.all(a - b >= bar[key]))
-        if key in comparator:
-            out[f"{key}_full"] = equivalence(full[key], full[comparator[key]])
-    if "ceiling_w8" in pairs:                # how far each nested model sits below its ceiling (paired by seed)
-        out["mrl_below_ceiling"] = paired_gain(pairs["ceiling_w8"][0], pairs["mrl"][0])
-        out["mll_below_ceiling"] = paired_gain(pairs["ceiling_l2"][0], pairs["mll"][0])
+        out[f"{key}_each_agrees"] = bool(np.all(a - b >= HEADLINE_EFFECTS[key]))
+        out[f"{key}_full"] = equivalence(full[key], full[comparator[key]])
     mean_cube = c["ml3d"].mean(0)                                          # (R, E, M) over training seeds
     out["violations"] = monotonicity_violations(mean_cube, res.ranks, res.exits, res.dims)
     diffs = [np.diff(mean_cube, axis=a) for a in range(3)]

@@ -40,12 +40,8 @@ from . import data as D
 STAGE0_ASSET = "matryoshka_3d_stage0"
 VARIANTS = ("plain", "mrl", "mll", "mel", "fixed_rank", "ml3d")
 VARIANT_ASSETS = {v: f"matryoshka_3d_{v}" for v in VARIANTS}   # one workflow asset per stage-1 variant
-# The ceiling controls: one model trained with all its loss at width 8 only, one at exit layer 2
-# only, from the same stage-0 model on the same batches and budget (one asset holds both).
-CEILING_ASSET = "matryoshka_3d_ceiling"
-CEILINGS = ("width8_only", "layer2_only")
 LABELS = {"plain": "plain", "mrl": "MRL", "mll": "MLL", "mel": "MEL", "fixed_rank": "fixed-rank",
-          "ml3d": "3D-ML", "width8_only": "width-8 only", "layer2_only": "layer-2 only"}
+          "ml3d": "3D-ML"}
 TEMPERATURE = 0.05
 MLL_CANDIDATES = (1, 2, 4, 8, 16, 24, 32, 40, 48)
 
@@ -213,14 +209,11 @@ def variant(name: str, settings: EncoderSettings) -> Variant:
     full = ((d,), (1.0,))
     exits = tuple(mll_layers(L))
     ranks = tuple(mel_ranks(settings.rank))
-    small_exit = 2 if 2 in exits else exits[0]
     table = {"plain": (*full, (L,), False, None), "mrl": (nested_dims, nested_w, (L,), False, None),
              "mll": (*full, exits, False, None), "fixed_rank": (*full, (L,), True, None),
-             "mel": (*full, (L,), True, ranks), "ml3d": (nested_dims, nested_w, exits, True, ranks),
-             "width8_only": ((nested_dims[0],), (1.0,), (L,), False, None),     # all the loss at width 8
-             "layer2_only": (*full, (small_exit,), False, None)}                  # all the loss at exit 2
+             "mel": (*full, (L,), True, ranks), "ml3d": (nested_dims, nested_w, exits, True, ranks)}
     if name not in table:
-        raise ValueError(f"variant must be one of {VARIANTS + CEILINGS}, got {name!r}")
+        raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
     return Variant(name, *table[name])
 
 
@@ -443,20 +436,10 @@ def build_variant(name: str, out_dir: Path, scale: str, seed: int, stage0_dir: P
     """A stage-1 asset: variant ``name`` trained from the stage-0 asset (``stage0_dir``, by default
     the built ``matryoshka_3d_stage0`` of ``scale``) at each training seed: ``<name>_<k>.pt`` and
     ``metadata.json``. The training pool is drawn again from the asset seed, as stage 0 drew it."""
-    if name not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
-    return _build_stage1((name,), VARIANT_ASSETS[name], out_dir, scale, seed, stage0_dir)
-
-
-def build_ceiling(out_dir: Path, scale: str, seed: int, stage0_dir: Path | None = None) -> dict:
-    """The ``matryoshka_3d_ceiling`` asset: the width-8-only and layer-2-only models (``CEILINGS``),
-    trained from the stage-0 asset exactly as the variants are (same steps, rate and batch streams)."""
-    return _build_stage1(CEILINGS, CEILING_ASSET, out_dir, scale, seed, stage0_dir)
-
-
-def _build_stage1(names, asset_name: str, out_dir: Path, scale: str, seed: int, stage0_dir: Path | None) -> dict:
     from compendium.assets import asset_dir
 
+    if name not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stage0_dir = Path(stage0_dir) if stage0_dir is not None else asset_dir(STAGE0_ASSET, scale)
@@ -465,19 +448,16 @@ def _build_stage1(names, asset_name: str, out_dir: Path, scale: str, seed: int, 
         raise ValueError(f"the stage-0 asset was built at seed {stage0_meta['seed']}, this variant at {seed}")
     settings = _settings_from(stage0_meta)
     task = task_for(settings, seed)
-    meta = {"name": asset_name, "scale": scale, "seed": int(seed), "models": {}}
-    if len(names) == 1:
-        meta["variant"] = names[0]
+    meta = {"name": VARIANT_ASSETS[name], "scale": scale, "seed": int(seed), "variant": name, "models": {}}
     with torch_threads(1):
         pool = D.TrainingPool.make(task, settings.pairs_high, settings.pairs_low, _rng(seed, 4))
         stage0 = _load_encoder(settings, stage0_dir / "stage0.pt")
-        for name in names:
-            for k in range(settings.num_seeds):
-                model, log = train_variant(stage0, name, settings, pool, train_seed_of(seed, k))
-                torch.save(model.state_dict(), out_dir / f"{name}_{k}.pt")
-                meta["models"][f"{name}_{k}"] = {"variant": name, "train_seed": train_seed_of(seed, k), "log": log,
-                                                 "embedding_parameters": model.embedding_parameters()}
-                print(f"{name} seed {k}: loss {log['final_loss']:.3f}")
+        for k in range(settings.num_seeds):
+            model, log = train_variant(stage0, name, settings, pool, train_seed_of(seed, k))
+            torch.save(model.state_dict(), out_dir / f"{name}_{k}.pt")
+            meta["models"][f"{name}_{k}"] = {"variant": name, "train_seed": train_seed_of(seed, k), "log": log,
+                                             "embedding_parameters": model.embedding_parameters()}
+            print(f"{name} seed {k}: loss {log['final_loss']:.3f}")
     (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return {k: v["log"]["final_loss"] for k, v in meta["models"].items()}
 
@@ -515,35 +495,29 @@ def _load_encoder(settings: AssetSettings, path: Path, factorized: bool = False)
     return model.eval()
 
 
-def load_assets(stage0_dir: str | Path, variant_dirs: dict,
-                ceiling_dir: str | Path | None = None) -> tuple[dict, Encoder, AssetSettings, dict]:
+def load_assets(stage0_dir: str | Path, variant_dirs: dict) -> tuple[dict, Encoder, AssetSettings, dict]:
     """``({variant: [model per training seed]}, stage-0 model, settings, metadata)``, all in eval mode.
 
-    ``metadata`` holds the stage-0 asset's record and, under ``models``, every variant model's.
-    With ``ceiling_dir`` (the ``matryoshka_3d_ceiling`` asset) the ceiling models are loaded too,
-    under their own names (``CEILINGS``)."""
+    ``metadata`` holds the stage-0 asset's record and, under ``models``, every variant model's."""
     stage0_dir = Path(stage0_dir)
     meta = json.loads((stage0_dir / "metadata.json").read_text())
     settings = _settings_from(meta)
     stage0 = _load_encoder(settings, stage0_dir / "stage0.pt")
     meta["models"] = {}
     models: dict = {name: [] for name in VARIANTS}
-    folders = [Path(variant_dirs[name]) for name in VARIANTS]
-    if ceiling_dir is not None:
-        models.update({name: [] for name in CEILINGS})
-        folders.append(Path(ceiling_dir))
-    for path in folders:
+    for name in VARIANTS:
+        path = Path(variant_dirs[name])
         vmeta = json.loads((path / "metadata.json").read_text())
         if int(vmeta["seed"]) != int(meta["seed"]):
             raise ValueError(f"{path}: built at seed {vmeta['seed']}, the stage-0 asset at {meta['seed']}")
-        for key, info in sorted(vmeta["models"].items(), key=lambda kv: (kv[1]["variant"], kv[1]["train_seed"])):
+        for key, info in sorted(vmeta["models"].items(), key=lambda kv: kv[1]["train_seed"]):
             factorized = variant(info["variant"], settings.encoder).factorized
-            models[info["variant"]].append(_load_encoder(settings, path / f"{key}.pt", factorized=factorized))
+            models[name].append(_load_encoder(settings, path / f"{key}.pt", factorized=factorized))
             meta["models"][key] = info
     return models, stage0, settings, meta
 
 
-__all__ = ["STAGE0_ASSET", "VARIANT_ASSETS", "VARIANTS", "CEILING_ASSET", "CEILINGS", "build_ceiling", "LABELS", "TEMPERATURE", "mrl_dims", "mrl_weights", "mll_layers", "mel_ranks",
+__all__ = ["STAGE0_ASSET", "VARIANT_ASSETS", "VARIANTS", "LABELS", "TEMPERATURE", "mrl_dims", "mrl_weights", "mll_layers", "mel_ranks",
            "rank_probabilities", "sample_rank", "FactorizedEmbedding", "EncoderSettings", "qwen3_config", "Encoder",
            "Variant", "variant", "pad_batch", "contrastive_terms", "variant_loss", "encode", "recall_at_1",
            "dev_recall", "AssetSettings", "settings_for", "task_for", "train_stage0", "train_variant",
