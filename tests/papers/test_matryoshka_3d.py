@@ -9,6 +9,7 @@ import torch
 
 from compendium.losses import hard_negative_loss, info_nce
 from compendium.papers import matryoshka_3d as paper
+from compendium.papers import matryoshka_3d_ceiling as ceil
 from compendium.papers.matryoshka_3d import data as D
 from compendium.stats import Estimate
 from compendium.training import seeded_init
@@ -187,6 +188,53 @@ def test_paired_gain_and_equivalence():
     assert not paper.equivalence([0.6, 0.62, 0.61], [0.5, 0.5, 0.5]).equivalent
 
 
+def test_ceiling_variants_put_all_the_loss_on_one_size():
+    enc = paper.EncoderSettings()
+    w8, l2 = ceil.ceiling_spec("width8_only", enc), ceil.ceiling_spec("layer2_only", enc)
+    assert (w8.dims, w8.weights, w8.exits, w8.factorized, w8.ranks) == ((8,), (1.0,), (6,), False, None)
+    assert (l2.dims, l2.weights, l2.exits, l2.factorized, l2.ranks) == ((64,), (1.0,), (2,), False, None)
+    # on a batch, the width-8-only loss is the MRL loss's width-8 term with weight 1 (not 0.088-ish)
+    pool = D.TrainingPool.make(_task(), 30, 10, np.random.default_rng(9))
+    batch = pool.batch(4, np.random.default_rng(10))
+    model = _encoder()
+    spec = ceil.ceiling_spec("width8_only", TINY_ENCODER)
+    (qi, ql), (pi, pl), (ni, nl) = batch["q"], batch["p"], batch["n"]
+    with torch.no_grad():
+        loss = paper.variant_loss(model, spec, batch)
+        q, p = model(*paper.pad_batch(qi, ql))[2], model(*paper.pad_batch(pi, pl))[2]
+        n = model(*paper.pad_batch(ni, nl))[2].reshape(len(ql), -1, 16)
+        terms = paper.contrastive_terms(q, p, n, [8, 16])
+    assert abs(float(loss) - float(terms[0])) < 1e-5 and abs(float(terms[0]) - float(terms[1])) > 1e-4
+
+
+def test_ceiling_measurements_use_the_claims_cells():
+    exits, dims, ranks = [1, 2, 4, 6], [8, 16, 32, 64], [4, 8, 16, 32]
+    res = paper.Result(config=paper.Config(), exits=exits, dims=dims, ranks=ranks, high_resource=2)
+    base = np.full((3, 1, 4, 4), 0.5)
+    res.cubes = {name: base.copy() for name in ("plain", "mrl", "mll")}
+    ceilings = {name: base.copy() for name in ceil.CEILINGS}
+    res.cubes["mrl"][:, 0, 3, 0] += [0.05, 0.06, 0.04]              # width 8, last layer
+    ceilings["width8_only"][:, 0, 3, 0] += [0.30, 0.32, 0.31]
+    ceilings["width8_only"][:, 0, 1, 0] += 0.9                       # another cell: must not count
+    res.cubes["mll"][:, 0, 1, 3] += [0.21, 0.22, 0.23]               # exit 2, full width
+    ceilings["layer2_only"][:, 0, 1, 3] += [0.10, 0.12, 0.11]
+    m = ceil.ceiling_measurements(res, ceilings)
+    assert np.allclose(m["ceiling_w8_per_seed"], [0.30, 0.32, 0.31]) and m["ceiling_w8_each_agrees"]
+    assert np.allclose(m["ceiling_l2_per_seed"], [0.10, 0.12, 0.11]) and not m["ceiling_l2_each_agrees"]
+    assert isinstance(m["ceiling_w8_gain"], Estimate) and m["ceiling_w8_gain"].n == 3
+    assert abs(m["mrl_below_ceiling"].point - 0.26) < 1e-12 and abs(m["mll_below_ceiling"].point + 0.11) < 1e-12
+
+
+def test_ceiling_reading_follows_the_verdicts():
+    assert "falls short" in ceil.ceiling_reading("pass", "fail", "MRL")
+    assert "reaches it" in ceil.ceiling_reading("pass", "pass", "MRL")
+    assert "not decided" in ceil.ceiling_reading("pass", "inconclusive", "MRL")
+    assert "out of reach" in ceil.ceiling_reading("fail", "fail", "MRL")
+    assert "not backed" in ceil.ceiling_reading("inconclusive", "pass", "MRL")
+    assert "not decided" in ceil.ceiling_reading("inconclusive", "fail", "MRL")
+    assert "not calibrated" in ceil.ceiling_reading("pass", "fail", "MRL", calibrated=False)
+
+
 def test_config_checks():
     with pytest.raises(ValueError):
         paper.Config(eval_docs=5)
@@ -210,6 +258,7 @@ def tiny_asset(tmp_path_factory):
     paper.build_stage0(stage0_dir, "smoke", 0, settings=settings)
     for name, path in variant_dirs.items():
         paper.build_variant(name, path, "smoke", 0, stage0_dir=stage0_dir)
+    ceil.build_ceiling(out / ceil.CEILING_ASSET, "smoke", 0, stage0_dir=stage0_dir)
     return out
 
 
@@ -240,6 +289,12 @@ def test_tiny_asset_and_run(tiny_asset):
     models, stage0, settings, meta = paper.load_assets(stage0_dir, variant_dirs)
     assert len(meta["models"]) == 2 * len(paper.VARIANTS)
     assert all(len(v) == 2 for v in models.values())
+    # the ceiling asset: both ceilings at each training seed, on the plain model's batch stream
+    ceiling_models, info = ceil.load_ceilings(tiny_asset / ceil.CEILING_ASSET, settings, meta["seed"])
+    assert [len(ceiling_models[c]) for c in ceil.CEILINGS] == [2, 2]
+    assert info["layer2_only_0"]["train_seed"] == meta["models"]["plain_0"]["train_seed"]
+    with pytest.raises(ValueError, match="built at seed"):
+        ceil.load_ceilings(tiny_asset / ceil.CEILING_ASSET, settings, 7)
     # stage 1 starts from stage 0: the factorised models' backbones share the stage-0 layers' shapes, and
     # the MEL run saw only the nested ranks
     assert set(meta["models"]["mel_0"]["log"]["ranks_seen"]) == {"1", "2", "4", "8"}
@@ -251,6 +306,13 @@ def test_tiny_asset_and_run(tiny_asset):
     assert res.embedding_parameters["mel"] == SPEC.vocab_size * 8 + 8 * 16
     m = paper.measurements(res)
     assert isinstance(m["mrl_gain"], Estimate) and m["mrl_gain"].n == 2
+    ceilings = ceil.evaluate_ceilings(res, ceiling_models, settings, meta)
+    assert ceilings["width8_only"].shape == (2, 1, 2, 2)
+    # the evaluation set is the one run drew: the plain model scores the same through both paths
+    again = ceil.evaluate_ceilings(res, {c: models["plain"] for c in ceil.CEILINGS}, settings, meta)
+    assert np.array_equal(again["width8_only"], res.cubes["plain"])
+    m.update(ceil.ceiling_measurements(res, ceilings))
+    assert m["ceiling_w8_gain"].n == 2 and m["ceiling_l2_gain"].n == 2 and m["mrl_below_ceiling"].n == 2
     if res.sentence_transformers["ok"]:
         mrl, layers = res.sentence_transformers["mrl"], res.sentence_transformers["layers"]
         assert abs(mrl[0] - mrl[1]) < 1e-5 and abs(layers[0] - layers[1]) < 1e-5
