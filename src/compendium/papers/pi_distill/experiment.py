@@ -42,6 +42,8 @@ class Config:
         The random-PI control's band around student-only GRPO.
     headroom_max : float
         The strongest baseline's success must stay below this (the task is not saturated).
+    w1_margin : float
+        Smallest gain of the w = 1 student over the clipped-weight student (the declared hypothesis).
     """
 
     seed: int = 0
@@ -52,12 +54,13 @@ class Config:
     noninferiority_margin: float = 0.02
     control_margin: float = 0.03
     headroom_max: float = 0.9
+    w1_margin: float = 0.05
 
     def __post_init__(self):
         require_int("seed", self.seed, 0, 2**31 - 1)
         require_int("val_mazes", self.val_mazes, 10, 5000)
         require_int("test_mazes", self.test_mazes, 10, 5000)
-        for name in ("bc_margin", "grpo_margin", "noninferiority_margin", "control_margin", "headroom_max"):
+        for name in ("bc_margin", "grpo_margin", "noninferiority_margin", "control_margin", "headroom_max", "w1_margin"):
             require_number(name, getattr(self, name), 0.0, 1.0)
 
 
