@@ -354,6 +354,71 @@ def test_cluster_bootstrap_two_stage_does_not_undercover():
 
 
 # --------------------------------------------------------------------------------------------------
+# Crossed designs
+# --------------------------------------------------------------------------------------------------
+
+
+def test_crossed_weights_are_independent_draws_of_rows_and_columns():
+    X = np.random.default_rng(20).normal(size=(3, 7))
+    wl, wp = stats.crossed_weights(3, 7, rng=0, resamples=50)
+    assert wl.shape == (50, 3) and wp.shape == (50, 7)
+    assert (wl.sum(1) == 3).all() and (wp.sum(1) == 7).all()
+    # one replicate by explicit index draws: the mean of the cells (i*, j*) over the crossed draws
+    i = np.repeat(np.arange(3), wl[4].astype(int))
+    j = np.repeat(np.arange(7), wp[4].astype(int))
+    assert stats.crossed_means(X, (wl, wp))[4] == pytest.approx(X[np.ix_(i, j)].mean())
+    with pytest.raises(ValueError):
+        stats.crossed_means(X[:, :5], (wl, wp))
+
+
+def test_crossed_bootstrap_mapping_and_sequence_agree_and_replicates_match_a_loop():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(1.0, 1.0, (4, 30)), rng.normal(0.0, 1.0, (4, 30))
+    w = stats.crossed_weights(4, 30, rng=3, resamples=300)
+    named = stats.crossed_bootstrap({"a": a, "b": b}, lambda m: m["a"] - m["b"], unit="models", weights=w)
+    positional = stats.crossed_bootstrap((a, b), lambda x, y: x - y, unit="models", weights=w)
+    assert named == positional
+    assert named.point == pytest.approx(a.mean() - b.mean()) and named.n == 4 and named.unit == "models"
+    loop = [float(np.average(a - b, weights=np.outer(w[0][r], w[1][r]))) for r in range(300)]
+    assert (named.low, named.high) == pytest.approx(tuple(np.quantile(loop, [0.025, 0.975])))
+    seeded = stats.crossed_bootstrap({"a": a}, lambda m: m["a"], unit="models", rng=5, resamples=300)
+    again = stats.crossed_bootstrap({"a": a}, lambda m: m["a"], unit="models", rng=5, resamples=300)
+    assert seeded == again and seeded.low < a.mean() < seeded.high
+
+
+def test_crossed_bootstrap_covers_the_model_effect_where_an_item_bootstrap_does_not():
+    """With a between-model effect, resampling items alone undercovers; the crossed bootstrap does not."""
+    rng = np.random.default_rng(21)
+    hit_crossed = hit_items = 0
+    sims, M, P = 150, 8, 30
+    for s in range(sims):
+        X = rng.normal(0, 1.0, (M, 1)) + rng.normal(0, 1.0, (1, P)) + rng.normal(0, 0.5, (M, P))
+        wl, wp = stats.crossed_weights(M, P, rng=s, resamples=400)
+        a = stats.crossed_bootstrap((X,), lambda x: x, unit="models", weights=(wl, wp))
+        b = stats.crossed_bootstrap((X,), lambda x: x, unit="models", weights=(np.ones_like(wl), wp))  # models fixed
+        hit_crossed += a.low <= 0.0 <= a.high
+        hit_items += b.low <= 0.0 <= b.high
+    assert hit_crossed / sims >= 0.85 and hit_items / sims <= 0.75
+
+
+@pytest.mark.parametrize("call", [
+    lambda: stats.crossed_bootstrap({"a": np.ones((1, 5))}, lambda m: m["a"], unit="u", rng=0),   # one model
+    lambda: stats.crossed_bootstrap({"a": np.ones((3, 1))}, lambda m: m["a"], unit="u", rng=0),   # one item
+    lambda: stats.crossed_bootstrap({"a": np.ones((3, 4)), "b": np.ones((3, 5))}, lambda m: m["a"], unit="u", rng=0),
+    lambda: stats.crossed_bootstrap({"a": np.ones(4)}, lambda m: m["a"], unit="u", rng=0),
+    lambda: stats.crossed_bootstrap({"a": np.full((3, 4), np.nan)}, lambda m: m["a"], unit="u", rng=0),
+    lambda: stats.crossed_bootstrap({"a": np.ones((3, 4))}, lambda m: m["a"], unit="u"),            # no rng, no weights
+    lambda: stats.crossed_bootstrap({"a": np.ones((3, 4))}, lambda m: 1.0, unit="u", rng=0),       # not vectorised
+    lambda: stats.crossed_bootstrap({}, lambda m: 0.0, unit="u", rng=0),
+    lambda: stats.crossed_weights(0, 4, rng=0),
+    lambda: stats.crossed_weights(3, 4, rng=None),
+])
+def test_crossed_bootstrap_rejects_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+# --------------------------------------------------------------------------------------------------
 # Invalid input
 # --------------------------------------------------------------------------------------------------
 

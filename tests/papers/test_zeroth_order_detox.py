@@ -6,10 +6,11 @@ import sympy
 import torch
 
 from compendium.claims import at_least, at_most
+from compendium.stats import crossed_weights
 from compendium.papers import zeroth_order_detox as paper
 from compendium.papers.zeroth_order_detox import toy, zo
 
-TINY = dict(num_models=1, test_prompts=4, dev_prompts=2, samples=2, q_values=(2, 4, 8), step_values=(1, 2),
+TINY = dict(num_models=2, test_prompts=4, dev_prompts=2, samples=2, q_values=(2, 4, 8), step_values=(1, 2),
             deltas=(0.05,), etas=(0.2,), unbiased_draws=2000, norm_law_draws=200)
 
 
@@ -175,46 +176,20 @@ def test_measure_helpers():
     assert paper.distinct_n(tokens, 2)[0] == pytest.approx(0.75)
 
 
-def test_crossed_bootstrap_resamples_both_ways():
-    rng = np.random.default_rng(20)
-    X = rng.normal(size=(3, 7))
-    wl, wp = paper.crossed_weights(3, 7, rng=0, resamples=50)
-    assert wl.shape == (50, 3) and wp.shape == (50, 7)
-    assert (wl.sum(1) == 3).all() and (wp.sum(1) == 7).all()
-    # one replicate by explicit index draws: the mean of the cells (i*, j*) over the crossed draws
-    i = np.repeat(np.arange(3), wl[4].astype(int))
-    j = np.repeat(np.arange(7), wp[4].astype(int))
-    assert paper.crossed_means(X, (wl, wp))[4] == pytest.approx(X[np.ix_(i, j)].mean())
-    base = rng.uniform(0.5, 1.0, (3, 40))
-    w = paper.crossed_weights(3, 40, rng=1)
+def test_reduction_is_a_crossed_bootstrap_over_lms_and_prompts():
+    base = np.random.default_rng(20).uniform(0.5, 1.0, (3, 40))
+    w = crossed_weights(3, 40, rng=1)
     est = paper.reduction(0.6 * base, base, weights=w)
     assert est.point == pytest.approx(0.4) and est.low == pytest.approx(0.4) and est.high == pytest.approx(0.4)
-    assert est.n == 3 and "crossed" in est.method
+    assert est.n == 3 and "crossed" in est.method and est.unit == paper.CROSSED_UNIT
     with pytest.raises(ValueError):
         paper.reduction(base[:, :5], base, weights=w)
-    with pytest.raises(ValueError):
-        paper.crossed_means(base[:, :5], w)
-
-
-def test_crossed_bootstrap_covers_the_lm_effect():
-    """With a between-LM effect, a prompt-only bootstrap undercovers; the crossed one does not."""
-    rng = np.random.default_rng(21)
-    hit_crossed = hit_prompts = 0
-    sims, M, P = 150, 8, 30
-    for s in range(sims):
-        X = rng.normal(0, 1.0, (M, 1)) + rng.normal(0, 1.0, (1, P)) + rng.normal(0, 0.5, (M, P))
-        wl, wp = paper.crossed_weights(M, P, rng=s, resamples=400)
-        a = paper.crossed_bootstrap((X,), lambda x: x, weights=(wl, wp))
-        b = paper.crossed_bootstrap((X,), lambda x: x, weights=(np.ones_like(wl), wp))   # LMs held fixed
-        hit_crossed += a.low <= 0.0 <= a.high
-        hit_prompts += b.low <= 0.0 <= b.high
-    assert hit_crossed / sims >= 0.85 and hit_prompts / sims <= 0.75
 
 
 def test_dominance_decided_on_intervals():
     rng = np.random.default_rng(22)
     M, P = 2, 30
-    w = paper.crossed_weights(M, P, rng=3)
+    w = crossed_weights(M, P, rng=3)
     base = {"emt": rng.uniform(0.3, 0.7, (M, P)), "logppl": rng.uniform(2.0, 3.0, (M, P))}
     noise = lambda: rng.normal(0, 0.05, (M, P))  # noqa: E731
     worse = {"emt": base["emt"] + 0.2 + noise(), "logppl": base["logppl"] - 0.3 + noise()}
@@ -269,8 +244,8 @@ def test_tiny_run_is_deterministic(tiny_models):
 
     config = paper.Config(**TINY)
     with torch_threads(1):                       # two intra-op threads spin on a loaded 2-core machine
-        r1 = paper.run(config, [lm_], ref, scorer)
-        r2 = paper.run(config, [lm_], ref, scorer)
+        r1 = paper.run(config, [lm_, lm_], ref, scorer)
+        r2 = paper.run(config, [lm_, lm_], ref, scorer)
     assert r1.headline_budget in config.budgets
     for key, val in r1.metrics.items():
         for name in val:
@@ -281,4 +256,4 @@ def test_tiny_run_is_deterministic(tiny_models):
     assert len(paper.table(r1)) == 2 + 3 * len(config.budgets) + len(config.step_values)
     rows = paper.table(r1, weights=m["weights"])
     assert all(r["EMT low"] <= r["EMT high"] and r["perplexity low"] <= r["perplexity high"] for r in rows)
-    assert m["zo_not_dominated"].n == len(config.budgets) and m["reduction"].n == 1
+    assert m["zo_not_dominated"].n == len(config.budgets) and m["reduction"].n == config.num_models

@@ -43,7 +43,7 @@ Small-scale deviations
 
 from .experiment import (PASS_K, Config, Result, es_name, kernel_check, ledger_estimates, pass_at_k_error,
                          plackett_luce_check, prefill_equivalence_error, routing_invariants, run)
-from .frontier import (answer_loglik_shared, bracket, correct_probability, crossed_bootstrap, frontier_gap_estimates, largest_estimate,
+from .frontier import (answer_loglik_shared, bracket, correct_probability, frontier_gap_estimates, largest_estimate,
                        neighbour_gap, pass_at_k_draws, prefill, sample_answers_shared, suffix_logits, target_logits,
                        target_logits_unshared)
 from .model import MoEConfig, TinyMoELM, build_asset, load_models, splits, topk_router, train
@@ -54,7 +54,7 @@ __all__ = [
     "Config", "Result", "run", "build_asset", "load_models", "MoEConfig", "TinyMoELM", "splits", "topk_router",
     "train", "RoutingPolicy", "sample_answers", "pass_at_k", "pass_at_k_brute_force", "best_of_n",
     "majority_vote", "answer_loglik", "distinct_rate", "router_profile", "PASS_K", "es_name", "ledger_estimates",
-    "prefill_equivalence_error", "bracket", "correct_probability", "crossed_bootstrap", "frontier_gap_estimates",
+    "prefill_equivalence_error", "bracket", "correct_probability", "frontier_gap_estimates",
     "largest_estimate", "neighbour_gap", "answer_loglik_shared", "pass_at_k_draws", "prefill", "sample_answers_shared", "suffix_logits",
     "target_logits", "target_logits_unshared",
     "plackett_luce_check", "pass_at_k_error", "routing_invariants", "kernel_check",

@@ -15,14 +15,15 @@ import torch
 
 from compendium.kernels.routing import expert_sample_route_reference, gumbel_noise
 
-from ...stats import mean_interval
-from .frontier import (answer_loglik_shared, correct_probability, crossed_bootstrap, frontier_gap_estimates, largest_estimate,
+from ...stats import crossed_bootstrap, mean_interval
+from .frontier import (CROSSED_UNIT, answer_loglik_shared, correct_probability, frontier_gap_estimates, largest_estimate,
                        pass_at_k_draws, prefill, sample_answers_shared, target_logits, target_logits_unshared)
 from .model import ANSWER_LEN, EQUALS, PROMPT_LEN, TinyMoELM, answer_code, splits
 from .sampling import (RoutingPolicy, best_of_n, distinct_rate, majority_vote, pass_at_k,
                        pass_at_k_brute_force, router_profile)
 
 PASS_K = 4  # the headline pass@k: pass@16 of top-k is saturated on this task (issue 23)
+GUESS = 100 / 199  # a uniform guess over the 199 possible sums 0..198, in points
 
 
 @dataclass(frozen=True)
@@ -214,13 +215,14 @@ def ledger_estimates(config: Config, result: Result) -> dict:
     """Every interval a verdict depends on, from the per-problem arrays (models x problems).
 
     Differences are in points (100 x probability). Intervals: two-way bootstrap over models and
-    problems (:func:`.frontier.crossed_bootstrap`); the Jaccard ratio: t interval over models.
+    problems (:func:`compendium.stats.crossed_bootstrap`); the Jaccard ratio: t interval over models.
+    ``greedy_floor`` is greedy top-k accuracy minus :data:`GUESS`, a uniform guess over the sums.
     """
     PP, R = result.per_problem, config.bootstrap_resamples
     kk = f"pass{PASS_K}"
 
     def diff(a, b, seed_offset):
-        return crossed_bootstrap({"a": 100 * a, "b": 100 * b}, lambda x: x["a"] - x["b"],
+        return crossed_bootstrap({"a": 100 * a, "b": 100 * b}, lambda x: x["a"] - x["b"], unit=CROSSED_UNIT,
                                  rng=config.seed * 101 + seed_offset, resamples=R)
 
     est = {
@@ -228,13 +230,16 @@ def ledger_estimates(config: Config, result: Result) -> dict:
         "pass16_excess_drop": crossed_bootstrap(
             {"t1": 100 * PP["topk@1"]["pass16"], "h1": 100 * PP["head@1"]["pass16"],
              "g": 100 * PP["greedy"]["pass1"], "hg": 100 * PP["head_greedy"]["pass1"]},
-            lambda x: (x["t1"] - x["h1"]) - (x["g"] - x["hg"]), rng=config.seed * 101 + 2, resamples=R),
+            lambda x: (x["t1"] - x["h1"]) - (x["g"] - x["hg"]), unit=CROSSED_UNIT, rng=config.seed * 101 + 2,
+            resamples=R),
         "es_passk_gain": diff(PP["es@T"][kk], PP["topk@T"][kk], 3),
         "es_pass1_change": diff(PP["es@T"]["pass1"], PP["topk@T"]["pass1"], 4),
         "unshared_passk_gain": diff(PP["es_unshared@T"][kk], PP["topk@T"][kk], 11),
         "unshared_pass1_change": diff(PP["es_unshared@T"]["pass1"], PP["topk@T"]["pass1"], 12),
-        "topk_passk": crossed_bootstrap({"a": 100 * PP["topk@T"][kk]}, lambda x: x["a"],
+        "topk_passk": crossed_bootstrap({"a": 100 * PP["topk@T"][kk]}, lambda x: x["a"], unit=CROSSED_UNIT,
                                         rng=config.seed * 101 + 5, resamples=R),
+        "greedy_floor": crossed_bootstrap({"g": 100 * PP["greedy"]["pass1"]}, lambda x: x["g"] - GUESS, unit=CROSSED_UNIT,
+                                          rng=config.seed * 101 + 10, resamples=R),
         "bon_likelihood": diff(PP["bon"]["es"]["likelihood"], PP["bon"]["topk"]["likelihood"], 6),
         "bon_majority": diff(PP["bon"]["es"]["majority"], PP["bon"]["topk"]["majority"], 7),
         "jaccard_ratio": mean_interval(result.metrics["jaccard_ratio_per_model"], unit="trained models"),

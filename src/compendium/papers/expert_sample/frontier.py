@@ -15,7 +15,7 @@ samples are independent, so ``pass@k = 1 - (1 - E p_r)^k``; :func:`pass_at_k_dra
 without bias from ``R >= k`` draws (a U-statistic over ``k``-subsets of draws).
 
 **Statistics.** Problems are crossed with trained models, so intervals come from a two-way
-bootstrap that resamples both (:func:`crossed_bootstrap`); frontier gaps compare a point with the
+bootstrap that resamples both (:func:`compendium.stats.crossed_bootstrap`); frontier gaps compare a point with the
 straight line between the two *neighbouring sampled* points of a reference curve that bracket its
 pass@1 (:func:`bracket`, :func:`frontier_gap_estimates`), never across an unsampled stretch.
 """
@@ -28,9 +28,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...stats import Estimate
+from ...stats import Estimate, crossed_bootstrap
 from .model import ANSWER_LEN, EQUALS, PROMPT_LEN, TinyMoELM, answer_code
 from .sampling import RoutingPolicy, make_router
+
+CROSSED_UNIT = "trained models (crossed with test problems)"
 
 
 def _attention(block, x, cache_kv, group):
@@ -225,37 +227,6 @@ def pass_at_k_draws(p: np.ndarray, k: int) -> np.ndarray:
     return 1.0 - e[k] / math.comb(R, k)
 
 
-def crossed_bootstrap(values: dict, statistic, *, rng, resamples: int = 2000, level: float = 0.95,
-                      unit: str = "problems x models") -> Estimate:
-    """Two-way bootstrap over trained models and problems (a crossed design).
-
-    ``values`` maps names to arrays (models, problems); each resample draws models and problems
-    with replacement, independently, and calls ``statistic(means)`` with ``means[name]`` the mean
-    over the resampled cells. The point is ``statistic`` of the plain means. Resampling both ways
-    keeps the between-model variation that a bootstrap over problems alone would ignore.
-    """
-    arrays = {k: np.asarray(v, dtype=float) for k, v in values.items()}
-    M, P = next(iter(arrays.values())).shape
-    if M < 2 or P < 2 or any(a.shape != (M, P) for a in arrays.values()):
-        raise ValueError("crossed_bootstrap needs arrays of one shape (models >= 2, problems >= 2)")
-    rng = np.random.default_rng(rng)
-    point = float(statistic({k: float(a.mean()) for k, a in arrays.items()}))
-    draws = np.empty(resamples)
-    mi = rng.integers(0, M, (resamples, M))
-    pi = rng.integers(0, P, (resamples, P))
-    # mean over a (models x problems) resample = row weights @ A @ column weights
-    offsets = np.arange(resamples)[:, None]
-    mw = np.bincount((offsets * M + mi).ravel(), minlength=resamples * M).reshape(resamples, M) / M   # (R, M)
-    pw = np.bincount((offsets * P + pi).ravel(), minlength=resamples * P).reshape(resamples, P) / P   # (R, P)
-    means = {k: np.einsum("rm,mp,rp->r", mw, a, pw) for k, a in arrays.items()}
-    for r in range(resamples):
-        draws[r] = statistic({k: float(v[r]) for k, v in means.items()})
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(draws, [alpha, 1 - alpha])
-    return Estimate(point, float(lo), float(hi), level, unit, M * P,
-                    f"two-way bootstrap over {M} models and {P} problems, {resamples} resamples")
-
-
 def bracket(x: float, curve_x) -> tuple[int, int] | None:
     """Indices (i, j) of two neighbouring points of a curve whose x values bracket ``x``.
 
@@ -274,7 +245,7 @@ def neighbour_gap(y: float, a: tuple[float, float], b: tuple[float, float]) -> f
     """``y - max(y_a, y_b)``: how far a point rises above *both* sampled neighbours that bracket its
     x. A positive value puts it above the straight line between them whatever the line's slope, so
     the comparison needs no interpolation across an unsampled stretch."""
-    return y - max(a[1], b[1])
+    return y - np.maximum(a[1], b[1])
 
 
 def frontier_gap_estimates(points: dict, curve: list, per_problem: dict, *, rng, resamples: int = 2000,
@@ -303,7 +274,8 @@ def frontier_gap_estimates(points: dict, curve: list, per_problem: dict, *, rng,
         arrays = {"x": per_problem[name][x], "y": per_problem[name][y], "lx": per_problem[left][x],
                   "ly": per_problem[left][y], "rx": per_problem[right][x], "ry": per_problem[right][y]}
         est = crossed_bootstrap(arrays, lambda m: neighbour_gap(m["y"], (m["lx"], m["ly"]), (m["rx"], m["ry"])),
-                                rng=np.random.default_rng([int(rng), j]), resamples=resamples, level=each)
+                                unit=CROSSED_UNIT, rng=np.random.default_rng([int(rng), j]), resamples=resamples,
+                                level=each)
         out[name] = (est, (left, right))
     return out
 

@@ -53,8 +53,7 @@ from .experiment import Config, Result, distinct_n, implementation_checks, per_p
 from .lm import (LMS_ASSET, REFERENCE_ASSET, SCORER_ASSET, LMSettings, ToxicityScorer, build_lms, build_reference,
                  build_scorer, embed, fit_scorer, generate, generate_from_tokens, gpt2_config, lm_settings, load_models,
                  load_scorer, log_perplexity, surrogate_toxicity, train_lm)
-from .measure import (CROSSED_UNIT, RESAMPLES, cosine_slope, count_not_dominated, crossed_bootstrap, crossed_means,
-                      crossed_weights, dominance, dominated, measurements, reduction, table)
+from .measure import (CROSSED_UNIT, RESAMPLES, cosine_slope, count_not_dominated, dominance, dominated, measurements, reduction, table)
 from .zo import (DISTRIBUTIONS, common_random_numbers, cosine, cosine_law, descent, directions, expected_sq_norm_factor,
                  generation_positions, matched_best_of_n, project_ball, random_of_norm, symbolic_forward_bias,
                  symbolic_norm_law, symbolic_symmetric_unbiased, zo_gradient, zo_positions)
@@ -64,8 +63,7 @@ __all__ = [
     "LMS_ASSET", "REFERENCE_ASSET", "SCORER_ASSET", "LMSettings", "ToxicityScorer", "build_lms", "build_reference",
     "build_scorer", "embed", "fit_scorer", "generate", "generate_from_tokens", "gpt2_config", "lm_settings",
     "load_models", "load_scorer", "log_perplexity", "surrogate_toxicity", "train_lm",
-    "CROSSED_UNIT", "RESAMPLES", "cosine_slope", "count_not_dominated", "crossed_bootstrap", "crossed_means",
-    "crossed_weights", "dominance", "dominated", "measurements", "reduction", "table",
+    "CROSSED_UNIT", "RESAMPLES", "cosine_slope", "count_not_dominated", "dominance", "dominated", "measurements", "reduction", "table",
     "DISTRIBUTIONS", "common_random_numbers", "cosine", "cosine_law", "descent", "directions",
     "expected_sq_norm_factor", "generation_positions", "matched_best_of_n", "project_ball", "random_of_norm",
     "symbolic_forward_bias", "symbolic_norm_law", "symbolic_symmetric_unbiased", "zo_gradient", "zo_positions",

@@ -45,7 +45,7 @@ class Config:
         for name in ("q_values", "step_values", "deltas", "etas"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         require_int("seed", self.seed, 0, 2**31 - 1)
-        require_int("num_models", self.num_models, 1, 10)
+        require_int("num_models", self.num_models, 2, 10)  # the crossed bootstrap needs two LMs
         require_int("test_prompts", self.test_prompts, 4, 10_000)
         require_int("dev_prompts", self.dev_prompts, 2, 10_000)
         require_int("samples", self.samples, 2, 1000)

@@ -2,66 +2,21 @@
 
 The unit of replication is the crossed design LMs x test prompts: every method is measured on the
 same (LM, prompt) cells, and both the trained LMs and the prompts are random draws. Intervals come
-from a crossed (two-way) bootstrap (:func:`crossed_bootstrap`): each replicate resamples the LMs
-and the prompts independently, with replacement, and averages the resampled cells. (It is
-generic; it could move to :mod:`compendium.stats`.)
+from a crossed (two-way) bootstrap (:func:`compendium.stats.crossed_bootstrap`): each replicate
+resamples the LMs and the prompts independently, with replacement, and averages the resampled
+cells. Every row shares one set of replicates (:func:`compendium.stats.crossed_weights`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from compendium.stats import Estimate, bootstrap_interval, clopper_pearson
+from compendium.stats import Estimate, bootstrap_interval, clopper_pearson, crossed_bootstrap, crossed_weights
 
 from .experiment import Result
 
 CROSSED_UNIT = "LMs (crossed with test prompts)"
 RESAMPLES = 2000
-
-
-def crossed_weights(models: int, prompts: int, *, rng, resamples: int = RESAMPLES) -> tuple[np.ndarray, np.ndarray]:
-    """Resampling counts of a crossed bootstrap: ``(resamples, models)`` and ``(resamples, prompts)``.
-
-    Row ``r`` says how often each LM and each prompt was drawn in replicate ``r`` (multinomial
-    counts of ``models`` and ``prompts`` draws with replacement, independent of each other).
-    """
-    if models < 1 or prompts < 1 or resamples < 1:
-        raise ValueError(f"need at least one LM, prompt and resample, got {models}, {prompts}, {resamples}")
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-    wl = rng.multinomial(models, np.full(models, 1.0 / models), size=resamples).astype(float)
-    wp = rng.multinomial(prompts, np.full(prompts, 1.0 / prompts), size=resamples).astype(float)
-    return wl, wp
-
-
-def crossed_means(cells, weights: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Mean of the resampled cells of ``cells (models, prompts)`` in every replicate: ``(resamples,)``."""
-    X = np.asarray(cells, float)
-    wl, wp = weights
-    if X.ndim != 2 or X.shape != (wl.shape[1], wp.shape[1]):
-        raise ValueError(f"cells must be (models, prompts) = {(wl.shape[1], wp.shape[1])}, got {X.shape}")
-    return np.einsum("rm,mp,rp->r", wl, X, wp) / X.size
-
-
-def crossed_bootstrap(arrays, statistic, *, weights, level: float = 0.95, unit: str = CROSSED_UNIT,
-                      what: str = "") -> Estimate:
-    """Percentile interval of ``statistic(*means)`` under a crossed bootstrap over LMs x prompts.
-
-    ``arrays`` are ``(models, prompts)`` cell values measured on the same cells (paired);
-    ``statistic`` maps their means (floats for the point, ``(resamples,)`` arrays for the
-    replicates) to the estimate, e.g. ``lambda a, b: 1 - a / b``. ``weights`` come from
-    :func:`crossed_weights` (sharing them across rows keeps every row on the same replicates).
-    """
-    arrays = [np.asarray(a, float) for a in arrays]
-    if not arrays or any(a.shape != arrays[0].shape for a in arrays):
-        raise ValueError(f"arrays must share one (models, prompts) shape, got {[a.shape for a in arrays]}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    point = float(statistic(*[a.mean() for a in arrays]))
-    draws = np.asarray(statistic(*[crossed_means(a, weights) for a in arrays]), float)
-    low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
-    models, prompts = arrays[0].shape
-    method = f"{what + ', ' if what else ''}crossed percentile bootstrap ({models} LMs x {prompts} prompts), {len(draws)} resamples"
-    return Estimate(point, float(low), float(high), level, unit, models, method)
 
 
 def reduction(method, baseline, *, weights, level: float = 0.95) -> Estimate:
@@ -71,7 +26,7 @@ def reduction(method, baseline, *, weights, level: float = 0.95) -> Estimate:
         raise ValueError(f"method and baseline must be paired (models, prompts) arrays, got {a.shape} and {b.shape}")
     if b.mean() <= 0:
         raise ValueError("the baseline mean must be positive")
-    return crossed_bootstrap((a, b), lambda x, y: 1.0 - x / np.maximum(y, 1e-12), weights=weights, level=level,
+    return crossed_bootstrap((a, b), lambda x, y: 1.0 - x / np.maximum(y, 1e-12), unit=CROSSED_UNIT, weights=weights, level=level,
                              what="relative reduction")
 
 
@@ -105,7 +60,7 @@ def dominance(method: dict, rival: dict, *, weights, level: float = 0.95) -> dic
     so "not dominated" (a union of two tests, Bonferroni) errs at most 5 % and "dominated"
     (an intersection-union test) at most 2.5 %.
     """
-    diff = {ax: crossed_bootstrap((rival[ax], method[ax]), lambda r, m: r - m, weights=weights, level=level,
+    diff = {ax: crossed_bootstrap((rival[ax], method[ax]), lambda r, m: r - m, unit=CROSSED_UNIT, weights=weights, level=level,
                                   what=f"rival - method, {ax}") for ax in ("emt", "logppl")}
     if any(d.low > 0 for d in diff.values()):
         state = "not dominated"
@@ -150,8 +105,8 @@ def table(result: Result, *, weights=None, level: float = 0.95) -> list[dict]:
                "expected max toxicity": float(m["emt"].mean()), "toxicity probability": float(m["toxic"].mean()),
                "perplexity": float(np.exp(m["logppl"].mean())), "distinct-2": float(m["distinct"].mean())}
         if weights is not None:
-            e = crossed_bootstrap((m["emt"],), lambda x: x, weights=weights, level=level)
-            p = crossed_bootstrap((m["logppl"],), np.exp, weights=weights, level=level)
+            e = crossed_bootstrap((m["emt"],), lambda x: x, unit=CROSSED_UNIT, weights=weights, level=level)
+            p = crossed_bootstrap((m["logppl"],), np.exp, unit=CROSSED_UNIT, weights=weights, level=level)
             row.update({"EMT low": e.low, "EMT high": e.high, "perplexity low": p.low, "perplexity high": p.high})
         rows.append(row)
     return rows
@@ -163,14 +118,14 @@ def measurements(result: Result) -> dict:
     cells = lambda key, name="emt": M[key][name]  # noqa: E731   (models, prompts)
     hb = result.headline_budget
     n_models, n_prompts = M["none"]["emt"].shape
-    w = crossed_weights(n_models, n_prompts, rng=np.random.default_rng([cfg.seed, 100]))
+    w = crossed_weights(n_models, n_prompts, rng=np.random.default_rng([cfg.seed, 100]), resamples=RESAMPLES)
     zo_h, none, rand_h = cells(("zo", *hb)), cells("none"), cells(("random", *hb))
     out: dict = {"headline_budget": hb, "weights": w}
     out["reduction"] = reduction(zo_h, none, weights=w)
     out["random_reduction"] = reduction(rand_h, none, weights=w)
     out["fo_reduction"] = reduction(cells(("first_order", hb[1])), none, weights=w)
-    out["zo_minus_random"] = crossed_bootstrap((zo_h, rand_h), lambda a, b: a - b, weights=w, what="ZO - random, EMT")
-    out["headroom"] = crossed_bootstrap((none,), lambda a: a, weights=w, what="EMT without intervention")
+    out["zo_minus_random"] = crossed_bootstrap((zo_h, rand_h), lambda a, b: a - b, unit=CROSSED_UNIT, weights=w, what="ZO - random, EMT")
+    out["headroom"] = crossed_bootstrap((none,), lambda a: a, unit=CROSSED_UNIT, weights=w, what="EMT without intervention")
     out["per_model_reduction"] = [float(1 - M[("zo", *hb)]["emt"][i].mean() / M["none"]["emt"][i].mean())
                                   for i in range(n_models)]
     zo_states, rand_states, per_budget = [], [], {}
