@@ -89,6 +89,31 @@ def test_grouped_forward_equals_one_full_pass(tiny_lm):
     assert len(np.unique((positions.max(1) - 1) // paper.digits_lm.GROUP_TOKENS)) > 2, "several groups were used"
 
 
+def test_shared_prefix_view_equals_the_plain_call(tiny_lm):
+    """One prefix encoded once and broadcast gives the plain call's distributions; short common
+    prefixes and single rows take the plain call itself (so decoder timings are untouched)."""
+    lm = paper.DigitsLM.load(tiny_lm)
+    shared = paper.digits_lm.SharedPrefixLM(lm)
+    _, full = lm.prompts(3, paper.PROMPT_PIXELS)
+    rng = np.random.default_rng(1)
+    tokens = np.concatenate([np.broadcast_to(full[0, :30], (40, 30)), rng.integers(0, paper.PIXEL_LEVELS, (40, 20))], 1)
+    positions = np.minimum(31 + rng.integers(0, 12, 40)[:, None] + np.arange(5), 49)  # rows reach several groups
+    np.testing.assert_allclose(shared(tokens, positions), lm(tokens, positions), atol=1e-6)
+    # the Jacobi decoder through the view draws the same tokens (same stream, same laws up to round-off)
+    prefix = np.broadcast_to(full[0, :30], (200, 30)).copy()
+    a = paper.decode(shared, "scd_maximal", 3, paper.PIXEL_LEVELS, 3, np.random.default_rng(4), prefix=prefix)
+    b = paper.decode(lm, "scd_maximal", 3, paper.PIXEL_LEVELS, 3, np.random.default_rng(4), prefix=prefix)
+    assert np.mean(a.tokens == b.tokens) > 0.99
+    calls = []
+    lm_spy = type("Spy", (), {"vocab": lm.vocab, "__call__": lambda self, t, p: calls.append(len(t)) or lm(t, p)})()
+    view = paper.digits_lm.SharedPrefixLM(lm_spy)
+    view(full[:1], np.array([[40, 41]]))                       # one row: the plain call
+    view(full[:3], np.array([[40, 41]] * 3))                   # different digits share only a few tokens
+    assert calls == [1, 3]
+    with pytest.raises(ValueError):
+        shared(tokens, np.zeros_like(positions))
+
+
 def test_cached_autoregressive_sampler_matches_the_uncached_one(tiny_lm):
     lm = paper.DigitsLM.load(tiny_lm)
     prompts, _ = lm.prompts(20, paper.PROMPT_PIXELS)

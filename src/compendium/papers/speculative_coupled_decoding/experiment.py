@@ -458,8 +458,12 @@ def simulated_power(exact: list, alternative: list, samples: int, rng: np.random
 def run_joint(config: Config, lm) -> dict:
     """Exact joint test on the transformer: every sampler of :data:`JOINT_SAMPLERS` draws
     ``config.joint_samples`` continuations of ``JOINT_LENGTH`` pixels (window ``JOINT_LENGTH``)
-    after each of :data:`JOINT_PROMPTS` prefixes, compared with the exact law of all continuations."""
+    after each of :data:`JOINT_PROMPTS` prefixes, compared with the exact law of all continuations.
+    The model runs through :class:`~.digits_lm.SharedPrefixLM` (the prefix encoded once per batch)."""
     prefixes = joint_prefixes(lm, JOINT_PROMPTS, config.prompts)
+    from .digits_lm import SharedPrefixLM  # (a local import keeps the asset's fingerprint)
+
+    lm = SharedPrefixLM(lm)  # every row of a batch below continues one prefix: encode it once
     V, N, T = lm.vocab, config.joint_samples, JOINT_LENGTH
     exact, tempered = zip(*(exact_continuations(lm, pre, T, (1.0, JOINT_TEMPERATURE)) for pre in prefixes))
     seqs = all_sequences(V, T)
