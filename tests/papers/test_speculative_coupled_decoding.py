@@ -104,6 +104,9 @@ def test_shared_prefix_view_equals_the_plain_call(tiny_lm):
     a = paper.decode(shared, "scd_maximal", 3, paper.PIXEL_LEVELS, 3, np.random.default_rng(4), prefix=prefix)
     b = paper.decode(lm, "scd_maximal", 3, paper.PIXEL_LEVELS, 3, np.random.default_rng(4), prefix=prefix)
     assert np.mean(a.tokens == b.tokens) > 0.99
+    ar_shared = shared.sample_autoregressive(prefix, 5, np.random.default_rng(5))
+    ar_plain = lm.sample_autoregressive(prefix, 5, np.random.default_rng(5))
+    assert np.mean(ar_shared.tokens == ar_plain.tokens) > 0.99 and np.all(ar_shared.nfe == 5)
     calls = []
     lm_spy = type("Spy", (), {"vocab": lm.vocab, "__call__": lambda self, t, p: calls.append(len(t)) or lm(t, p)})()
     view = paper.digits_lm.SharedPrefixLM(lm_spy)

@@ -164,6 +164,41 @@ def build_asset(out_dir: Path, scale: str, seed: int, settings: TrainSettings | 
     print(f"digits LM: {metrics}")
 
 
+def _cache_key(model) -> str:
+    """The KV cache's keyword: transformers 5 calls it ``cache``, 4.x ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _sample_on(model, key: str, last_logits, cache, length: int, rng: np.random.Generator):
+    """AR sampling of ``length`` tokens from ``last_logits`` (B, vocab) and the KV ``cache`` of the
+    rows' prefixes: one token per forward pass. Returns a :class:`~.decoding.Decoded`."""
+    import torch
+
+    from ...speculative import categorical
+    from .decoding import Decoded
+
+    B = last_logits.shape[0]
+    out_tokens = np.zeros((B, length), dtype=np.int64)
+    for t in range(length):
+        probs = torch.softmax(last_logits[:, :PIXEL_LEVELS].double(), dim=-1).numpy()
+        out_tokens[:, t] = categorical(probs, rng)
+        if t + 1 < length:
+            out = model(input_ids=torch.from_numpy(out_tokens[:, t:t + 1]), use_cache=True, **{key: cache})
+            last_logits, cache = out.logits[:, -1], getattr(out, key)
+    return Decoded(out_tokens, np.full(B, length), np.ones((B, length), dtype=np.int64))
+
+
+def _broadcast_cache(layers, rows: int, config):
+    """A fresh KV cache holding one prefix's keys and values ``layers`` as views for ``rows`` rows
+    (a forward pass concatenates new keys, so the views are never written to)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    for i, (k, v) in enumerate(layers):
+        cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
+    return cache
+
+
 class DigitsLM:
     """A trained digits LM wrapped as a target model for the samplers.
 
@@ -218,23 +253,11 @@ class DigitsLM:
         """
         import torch
 
-        from ...speculative import categorical
-        from .decoding import Decoded
-
         prefix = np.asarray(prefix, dtype=np.int64)
-        B = prefix.shape[0]
-        out_tokens = np.zeros((B, length), dtype=np.int64)
-        # transformers 5 calls the KV cache `cache`, 4.x `past_key_values`
-        key = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        key = _cache_key(self.model)
         with torch.no_grad():
             out = self.model(input_ids=torch.from_numpy(prefix), use_cache=True)
-            for t in range(length):
-                probs = torch.softmax(out.logits[:, -1, :PIXEL_LEVELS].double(), dim=-1).numpy()
-                out_tokens[:, t] = categorical(probs, rng)
-                if t + 1 < length:
-                    out = self.model(input_ids=torch.from_numpy(out_tokens[:, t:t + 1]), use_cache=True,
-                                     **{key: getattr(out, key)})
-        return Decoded(out_tokens, np.full(B, length), np.ones((B, length), dtype=np.int64))
+            return _sample_on(self.model, key, out.logits[:, -1], getattr(out, key), length, rng)
 
     def prompts(self, count: int, prompt_pixels: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``count`` held-out digits: prompts ``(count, 1 + prompt_pixels)`` and full sequences."""
@@ -261,12 +284,23 @@ class SharedPrefixLM:
         self.lm, self.vocab, self.minimum = lm, lm.vocab, int(minimum)
 
     def sample_autoregressive(self, prefix: np.ndarray, length: int, rng: np.random.Generator):
-        """AR sampling of the wrapped model (it keeps its own KV cache)."""
-        return self.lm.sample_autoregressive(prefix, length, rng)
+        """AR sampling as :meth:`DigitsLM.sample_autoregressive` (same law, same generator stream);
+        when every row has the same prefix, that prefix is encoded once."""
+        import torch
+
+        prefix = np.asarray(prefix, dtype=np.int64)
+        if len(prefix) < 2 or prefix.shape[1] < self.minimum or (prefix != prefix[:1]).any():
+            return self.lm.sample_autoregressive(prefix, length, rng)
+        model = self.lm.model
+        key = _cache_key(model)
+        with torch.no_grad():
+            head = model(input_ids=torch.from_numpy(prefix[:1]), use_cache=True)
+            layers = [(layer.keys, layer.values) for layer in getattr(head, key).layers]
+            return _sample_on(model, key, head.logits[:, -1].expand(len(prefix), -1),
+                              _broadcast_cache(layers, len(prefix), model.config), length, rng)
 
     def __call__(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
         import torch
-        from transformers import DynamicCache
 
         tokens, positions = np.asarray(tokens), np.asarray(positions)
         if positions.min() < 1:
@@ -277,7 +311,7 @@ class SharedPrefixLM:
         if len(tokens) < 2 or shared < self.minimum:
             return self.lm(tokens, positions)
         model = self.lm.model
-        key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        key = _cache_key(model)
         ends = positions.max(axis=1)
         buckets = (ends - 1) // GROUP_TOKENS
         out = np.empty(positions.shape + (PIXEL_LEVELS,))
@@ -287,9 +321,7 @@ class SharedPrefixLM:
             for bucket in np.unique(buckets):
                 rows = np.flatnonzero(buckets == bucket)
                 end = int(ends[rows].max())
-                cache = DynamicCache(config=model.config)
-                for i, (k, v) in enumerate(layers):  # views; the forward pass concatenates new keys
-                    cache.update(k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1), i)
+                cache = _broadcast_cache(layers, len(rows), model.config)
                 ids = torch.from_numpy(np.ascontiguousarray(tokens[rows, shared:end]))
                 logits = model(input_ids=ids, use_cache=True, **{key: cache}).logits[..., :PIXEL_LEVELS].double()
                 idx = torch.from_numpy(positions[rows] - 1 - shared)[..., None].expand(-1, -1, PIXEL_LEVELS)
