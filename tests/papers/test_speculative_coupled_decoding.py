@@ -109,10 +109,13 @@ def test_shared_prefix_view_equals_the_plain_call(tiny_lm):
     assert np.mean(ar_shared.tokens == ar_plain.tokens) > 0.99 and np.all(ar_shared.nfe == 5)
     calls = []
     lm_spy = type("Spy", (), {"vocab": lm.vocab, "__call__": lambda self, t, p: calls.append(len(t)) or lm(t, p)})()
-    view = paper.digits_lm.SharedPrefixLM(lm_spy)
+    view = paper.digits_lm.SharedPrefixLM(lm_spy, minimum=16)
     view(full[:1], np.array([[40, 41]]))                       # one row: the plain call
-    view(full[:3], np.array([[40, 41]] * 3))                   # different digits share only a few tokens
+    view(full[:3], np.array([[40, 41]] * 3))                   # different digits share fewer than 16 tokens
     assert calls == [1, 3]
+    short = np.concatenate([np.broadcast_to(full[0, :12], (40, 12)), tokens[:, 30:35]], 1)   # a 12-token prefix
+    np.testing.assert_allclose(shared(short, np.minimum(positions - 18, 16)), lm(short, np.minimum(positions - 18, 16)),
+                               atol=1e-6)
     with pytest.raises(ValueError):
         shared(tokens, np.zeros_like(positions))
 

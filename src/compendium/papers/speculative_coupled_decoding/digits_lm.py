@@ -280,7 +280,7 @@ class SharedPrefixLM:
     wall-clock comparison of decoders (one prompt at a time) is unaffected.
     """
 
-    def __init__(self, lm: DigitsLM, minimum: int = 2 * GROUP_TOKENS):
+    def __init__(self, lm: DigitsLM, minimum: int = 1):
         self.lm, self.vocab, self.minimum = lm, lm.vocab, int(minimum)
 
     def sample_autoregressive(self, prefix: np.ndarray, length: int, rng: np.random.Generator):
