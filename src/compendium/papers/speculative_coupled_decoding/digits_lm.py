@@ -199,6 +199,33 @@ def _broadcast_cache(layers, rows: int, config):
     return cache
 
 
+def _grouped_probs(model, tokens: np.ndarray, positions: np.ndarray, *, shared: int = 0, layers=None) -> np.ndarray:
+    """Next-pixel distributions ``(R, W, 16)`` at ``positions`` (R, W) of ``tokens`` (R, S).
+
+    Rows are grouped by how far they reach (buckets of GROUP_TOKENS positions), and each group's
+    pass stops at its own last position: a causal model's logits at a position do not depend on
+    the tokens after it, so no row pays for the longest row of the batch. With ``layers`` (the
+    keys and values of the rows' common first ``shared`` tokens) only the rest of each row runs.
+    """
+    import torch
+
+    if positions.min() < 1:
+        raise ValueError("position 0 holds the class token: nothing predicts it")
+    key = _cache_key(model)
+    ends = positions.max(axis=1)  # logits at index i predict token i + 1
+    buckets = (ends - 1) // GROUP_TOKENS
+    out = np.empty(positions.shape + (PIXEL_LEVELS,))
+    for bucket in np.unique(buckets):
+        rows = np.flatnonzero(buckets == bucket)
+        end = int(ends[rows].max())
+        ids = torch.from_numpy(np.ascontiguousarray(tokens[rows, shared:end]))
+        past = {} if layers is None else {key: _broadcast_cache(layers, len(rows), model.config), "use_cache": True}
+        logits = model(input_ids=ids, **past).logits[..., :PIXEL_LEVELS].double()
+        idx = torch.from_numpy(positions[rows] - 1 - shared)[..., None].expand(-1, -1, PIXEL_LEVELS)
+        out[rows] = torch.softmax(logits.gather(1, idx), dim=-1).numpy()
+    return out
+
+
 class DigitsLM:
     """A trained digits LM wrapped as a target model for the samplers.
 
@@ -226,24 +253,8 @@ class DigitsLM:
     def __call__(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
         import torch
 
-        positions = np.asarray(positions)
-        if positions.min() < 1:
-            raise ValueError("position 0 holds the class token: nothing predicts it")
-        # Rows are grouped by how far they reach (buckets of GROUP_TOKENS positions), and each
-        # group's pass stops at its own last position: a causal model's logits at a position do
-        # not depend on the tokens after it, so no row pays for the longest row of the batch.
-        ends = positions.max(axis=1)  # logits at index i predict token i + 1
-        buckets = (ends - 1) // GROUP_TOKENS
-        out = np.empty(positions.shape + (PIXEL_LEVELS,))
         with torch.no_grad():
-            for bucket in np.unique(buckets):
-                rows = np.flatnonzero(buckets == bucket)
-                end = int(ends[rows].max())
-                ids = torch.from_numpy(np.ascontiguousarray(tokens[rows, :end]))
-                logits = self.model(input_ids=ids).logits[..., :PIXEL_LEVELS].double()
-                idx = torch.from_numpy(positions[rows] - 1)[..., None].expand(-1, -1, PIXEL_LEVELS)
-                out[rows] = torch.softmax(logits.gather(1, idx), dim=-1).numpy()
-        return out
+            return _grouped_probs(self.model, tokens, np.asarray(positions))
 
     def sample_autoregressive(self, prefix: np.ndarray, length: int, rng: np.random.Generator):
         """Plain AR sampling with a KV cache (one token per forward pass, NFE = ``length``).
@@ -312,18 +323,7 @@ class SharedPrefixLM:
             return self.lm(tokens, positions)
         model = self.lm.model
         key = _cache_key(model)
-        ends = positions.max(axis=1)
-        buckets = (ends - 1) // GROUP_TOKENS
-        out = np.empty(positions.shape + (PIXEL_LEVELS,))
         with torch.no_grad():
             head = model(input_ids=torch.from_numpy(np.ascontiguousarray(tokens[:1, :shared])), use_cache=True)
-            layers = [(layer.keys, layer.values) for layer in getattr(head, key).layers]
-            for bucket in np.unique(buckets):
-                rows = np.flatnonzero(buckets == bucket)
-                end = int(ends[rows].max())
-                cache = _broadcast_cache(layers, len(rows), model.config)
-                ids = torch.from_numpy(np.ascontiguousarray(tokens[rows, shared:end]))
-                logits = model(input_ids=ids, use_cache=True, **{key: cache}).logits[..., :PIXEL_LEVELS].double()
-                idx = torch.from_numpy(positions[rows] - 1 - shared)[..., None].expand(-1, -1, PIXEL_LEVELS)
-                out[rows] = torch.softmax(logits.gather(1, idx), dim=-1).numpy()
-        return out
+            return _grouped_probs(model, tokens, positions, shared=shared, layers=[
+                (layer.keys, layer.values) for layer in getattr(head, key).layers])
